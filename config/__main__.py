@@ -1,0 +1,107 @@
+"""``python -m config check [--env NAME]``: validate the catalog and print it as a table."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from config.loader import (
+    CATALOG_PATH,
+    ENVIRONMENTS_DIR,
+    CatalogError,
+    Deployment,
+    environment_names,
+    load_deployment,
+)
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(out)
+
+
+def _print_deployment(dep: Deployment) -> None:
+    base = dep.base
+    print(
+        f"environment {dep.env.name}: base {dep.base_key} ({base.model_id}@{base.revision}, "
+        f"{base.dtype}/{base.quantization}, max_lora_rank {base.max_lora_rank}), "
+        f"engine {dep.env.engine}, {dep.env.serving.instance_type}"
+    )
+    if base.source == "hub" and base.tokenizer_sha256 is None:
+        print(
+            f"  note: base {dep.base_key!r} tokenizer_sha256 is unpinned; the runtime logs the "
+            "value at container start, record it in the catalog"
+        )
+    rows = []
+    for a in dep.adapters:
+        p = a.entry.profile()
+        allowed = ",".join(a.entry.allow.tenants + a.entry.allow.principals) or "(nobody)"
+        rows.append(
+            [
+                a.name,
+                a.entry.version,
+                a.entry.task,
+                str(p.rank),
+                str(p.alpha),
+                str(p.targets),
+                a.component_name,
+                "yes" if a.entry.pin else "",
+                "published" if a.entry.artifact else "unpublished",
+                allowed,
+            ]
+        )
+    header = ["adapter", "version", "task", "r", "alpha", "targets", "component", "pin",
+              "artifact", "allowed"]  # fmt: skip
+    print(_table(rows, header))
+    print()
+
+
+def _plan(env: str) -> int:
+    from config.plan import CapacityError, plan
+
+    try:
+        p = plan(load_deployment(env))
+    except (CatalogError, CapacityError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(_table([list(r) for r in p.rows()], ["quantity", f"environment {env}"]))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m config", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    check = sub.add_parser("check", help="validate the catalog (all environments by default)")
+    check.add_argument("--env", help="one environment (default: every environment file)")
+    check.add_argument("--catalog", type=Path, default=CATALOG_PATH)
+    check.add_argument("--environments", type=Path, default=ENVIRONMENTS_DIR)
+    plan_cmd = sub.add_parser("plan", help="device-memory plan: how many adapters fit")
+    plan_cmd.add_argument("--env", required=True)
+    args = parser.parse_args(argv)
+    if args.command == "plan":
+        return _plan(args.env)
+
+    envs = [args.env] if args.env else environment_names(args.environments)
+    failed = False
+    for name in envs:
+        try:
+            dep = load_deployment(name, args.catalog, args.environments)
+        except CatalogError as exc:
+            failed = True
+            for issue in exc.issues:
+                print(f"error: {issue}", file=sys.stderr)
+            continue
+        _print_deployment(dep)
+    if failed:
+        print("catalog check failed", file=sys.stderr)
+        return 1
+    print(f"catalog ok: {len(envs)} environment(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

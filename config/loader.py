@@ -1,0 +1,321 @@
+"""Reads and validates the catalog and environment files; the one door to them.
+
+Every error names the file, the entry and the field, because the person reading it is
+someone who just edited one YAML entry and needs to know which line to fix. Errors are
+collected, not raised one at a time, so a catalog with three mistakes shows all three.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from config.schema import (
+    SAGEMAKER_NAME_MAX,
+    SAGEMAKER_NAME_RE,
+    AdapterEntry,
+    BaseModelEntry,
+    Catalog,
+    Environment,
+)
+
+CONFIG_DIR = Path(__file__).resolve().parent
+CATALOG_PATH = CONFIG_DIR / "adapters.yaml"
+ENVIRONMENTS_DIR = CONFIG_DIR / "environments"
+
+
+@dataclass(frozen=True)
+class Issue:
+    file: str
+    entry: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.entry}: field '{self.field}': {self.message}"
+
+
+class CatalogError(ValueError):
+    """One or more catalog or environment entries are invalid."""
+
+    def __init__(self, issues: list[Issue]):
+        self.issues = issues
+        super().__init__("\n".join(str(i) for i in issues))
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys instead of keeping the last one."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CatalogError([Issue(str(path), "(file)", "-", "file not found")]) from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise CatalogError([Issue(str(path), "(file)", "-", f"not valid YAML: {exc}")]) from None
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(CONFIG_DIR.parent))
+    except ValueError:
+        return str(path)
+
+
+def _entry_label(raw: Any, loc: tuple[Any, ...]) -> tuple[str, str]:
+    """Turn a pydantic error location into ('adapter NAME', 'field.path')."""
+    if len(loc) >= 2 and loc[0] == "adapters" and isinstance(loc[1], int):
+        name = None
+        items = raw.get("adapters") if isinstance(raw, dict) else None
+        if isinstance(items, list) and loc[1] < len(items) and isinstance(items[loc[1]], dict):
+            name = items[loc[1]].get("name")
+        label = f"adapter {name!r}" if name else f"adapters[{loc[1]}]"
+        return label, ".".join(str(p) for p in loc[2:]) or "-"
+    if len(loc) >= 2 and loc[0] == "base_models":
+        return f"base model {loc[1]!r}", ".".join(str(p) for p in loc[2:]) or "-"
+    return "(top level)", ".".join(str(p) for p in loc) or "-"
+
+
+def _pydantic_issues(file: str, raw: Any, exc: ValidationError) -> list[Issue]:
+    issues = []
+    for err in exc.errors():
+        entry, field = _entry_label(raw, tuple(err["loc"]))
+        msg = err["msg"].removeprefix("Value error, ")
+        issues.append(Issue(file, entry, field, msg))
+    return issues
+
+
+def load_catalog(path: Path | str = CATALOG_PATH) -> Catalog:
+    """Load and fully validate the catalog (everything that does not depend on an environment)."""
+    path = Path(path)
+    file = _display(path)
+    raw = _read_yaml(path)
+    if not isinstance(raw, dict):
+        raise CatalogError([Issue(file, "(top level)", "-", "expected a mapping")])
+    try:
+        catalog = Catalog.model_validate(raw)
+    except ValidationError as exc:
+        raise CatalogError(_pydantic_issues(file, raw, exc)) from None
+    issues: list[Issue] = []
+    seen: dict[str, int] = {}
+    for i, a in enumerate(catalog.adapters):
+        label = f"adapter {a.name!r}"
+        key = a.name.lower()  # IC names are case-insensitive in practice; treat as one
+        if key in seen:
+            issues.append(
+                Issue(file, label, "name", f"duplicate adapter name (also adapters[{seen[key]}])")
+            )
+        seen.setdefault(key, i)
+        base = catalog.base_models.get(a.base)
+        if base is None:
+            known = ", ".join(sorted(catalog.base_models))
+            issues.append(Issue(file, label, "base", f"unknown base {a.base!r} (known: {known})"))
+            continue
+        issues.extend(_rank_issues(file, label, a, a.base, base))
+    if issues:
+        raise CatalogError(issues)
+    return catalog
+
+
+def _rank_issues(
+    file: str, label: str, a: AdapterEntry, base_key: str, base: BaseModelEntry
+) -> list[Issue]:
+    rank = a.profile().rank
+    if rank > base.max_lora_rank:
+        field = "rank" if a.rank is not None else "task"
+        why = "" if a.rank is not None else f" (inherited from task {a.task!r})"
+        return [
+            Issue(
+                file,
+                label,
+                field,
+                f"rank {rank}{why} exceeds base {base_key!r} max_lora_rank {base.max_lora_rank}",
+            )
+        ]
+    return []
+
+
+def environment_names(directory: Path = ENVIRONMENTS_DIR) -> list[str]:
+    return sorted(p.stem for p in directory.glob("*.yaml"))
+
+
+@dataclass(frozen=True)
+class ResolvedAdapter:
+    """An adapter as one environment deploys it."""
+
+    entry: AdapterEntry
+    component_name: str
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The catalog seen through one environment: what that environment serves and routes."""
+
+    env: Environment
+    catalog: Catalog
+    base_key: str
+    base: BaseModelEntry
+    adapters: tuple[ResolvedAdapter, ...]
+
+    @property
+    def endpoint_name(self) -> str:
+        return f"{self.env.prefix}-endpoint"
+
+    @property
+    def base_component_name(self) -> str:
+        return f"{self.env.prefix}-base"
+
+    def adapter(self, name: str) -> ResolvedAdapter:
+        for a in self.adapters:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    def routing_table(self) -> dict[str, Any]:
+        """What the router ships with: adapter name -> component and who may call it."""
+        return {
+            "endpoint": self.endpoint_name,
+            "base_component": self.base_component_name,
+            "base_revision": self.base.revision,
+            "adapters": {
+                a.name: {
+                    "component": a.component_name,
+                    "version": a.entry.version,
+                    "task": a.entry.task,
+                    "description": a.entry.description,
+                    "tenants": list(a.entry.allow.tenants),
+                    "principals": list(a.entry.allow.principals),
+                }
+                for a in self.adapters
+            },
+        }
+
+
+def load_environment(name: str, directory: Path = ENVIRONMENTS_DIR) -> Environment:
+    path = directory / f"{name}.yaml"
+    file = _display(path)
+    if not path.exists():
+        known = ", ".join(environment_names(directory))
+        raise CatalogError(
+            [Issue(file, f"environment {name!r}", "env", f"unknown environment (known: {known})")]
+        )
+    raw = _read_yaml(path)
+    if not isinstance(raw, dict):
+        raise CatalogError([Issue(file, f"environment {name!r}", "-", "expected a mapping")])
+    raw = {"name": name, **raw}
+    try:
+        env = Environment.model_validate(raw)
+    except ValidationError as exc:
+        raise CatalogError(
+            [
+                Issue(file, f"environment {name!r}", ".".join(map(str, e["loc"])), e["msg"])
+                for e in exc.errors()
+            ]
+        ) from None
+    if env.name != name:
+        raise CatalogError(
+            [Issue(file, f"environment {name!r}", "name", "must match the file name")]
+        )
+    return env
+
+
+def load_deployment(
+    env_name: str,
+    catalog_path: Path | str = CATALOG_PATH,
+    environments_dir: Path = ENVIRONMENTS_DIR,
+) -> Deployment:
+    """Catalog + environment, with every cross-file rule checked."""
+    catalog = load_catalog(catalog_path)
+    env = load_environment(env_name, environments_dir)
+    return resolve(catalog, env, _display(Path(catalog_path)), _display(environments_dir))
+
+
+def resolve(catalog: Catalog, env: Environment, catalog_file: str, env_dir: str) -> Deployment:
+    env_file = f"{env_dir}/{env.name}.yaml"
+    env_label = f"environment {env.name!r}"
+    issues: list[Issue] = []
+    for src, dst in env.base_overrides.items():
+        for key, fld in ((src, "base_overrides"), (dst, "base_overrides")):
+            if key not in catalog.base_models:
+                issues.append(Issue(env_file, env_label, fld, f"unknown base {key!r}"))
+    if env.base not in catalog.base_models:
+        known = ", ".join(sorted(catalog.base_models))
+        issues.append(Issue(env_file, env_label, "base", f"unknown base {env.base!r} ({known})"))
+    if issues:
+        raise CatalogError(issues)
+    base = catalog.base_models[env.base]
+
+    by_name = {a.name: a for a in catalog.adapters}
+    if env.adapters == "all":
+        selected = [
+            a for a in catalog.adapters if env.base_overrides.get(a.base, a.base) == env.base
+        ]
+    else:
+        selected = []
+        for n in env.adapters:
+            if n not in by_name:
+                issues.append(Issue(env_file, env_label, "adapters", f"unknown adapter {n!r}"))
+            else:
+                selected.append(by_name[n])
+
+    resolved: list[ResolvedAdapter] = []
+    for a in selected:
+        label = f"adapter {a.name!r}"
+        served = env.base_overrides.get(a.base, a.base)
+        if served != env.base:
+            issues.append(
+                Issue(
+                    catalog_file,
+                    label,
+                    "base",
+                    f"base {a.base!r} is not served by environment {env.name!r} ({env.base!r})",
+                )
+            )
+            continue
+        issues.extend(_rank_issues(catalog_file, label, a, env.base, base))
+        component = f"{env.prefix}-{a.name}"
+        if len(component) > SAGEMAKER_NAME_MAX or not SAGEMAKER_NAME_RE.match(component):
+            issues.append(
+                Issue(
+                    catalog_file,
+                    label,
+                    "name",
+                    f"inference-component name {component!r} ({len(component)} characters) "
+                    f"breaks SageMaker's {SAGEMAKER_NAME_MAX}-character / "
+                    "^[a-zA-Z0-9](-*[a-zA-Z0-9])*$ rule in environment "
+                    f"{env.name!r}",
+                )
+            )
+            continue
+        resolved.append(ResolvedAdapter(entry=a, component_name=component))
+    if issues:
+        raise CatalogError(issues)
+    return Deployment(
+        env=env, catalog=catalog, base_key=env.base, base=base, adapters=tuple(resolved)
+    )

@@ -1,0 +1,317 @@
+"""Typed shape of the adapter catalog and the environment files (pydantic v2).
+
+Field-level rules live here; rules that need more than one entry (duplicates, unknown base,
+rank against the base, names after the environment prefix) live in ``config.loader``, which
+is the only place that reads the YAML files.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from config.tasks import TARGET_MODULES, TASK_PROFILES, Targets, TaskProfile
+
+#: SageMaker's rule for endpoint, endpoint-config, model and inference-component names.
+SAGEMAKER_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
+SAGEMAKER_NAME_MAX = 63
+#: An adapter artifact is a gzip'd tar in S3 (what Specification.Container.ArtifactUrl takes).
+ARTIFACT_RE = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/\S+\.tar\.gz$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+GIT_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+#: Suffixes the platform gives its own components; an adapter may not take them.
+RESERVED_ADAPTER_NAMES = frozenset({"base", "endpoint", "config", "model"})
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ImageRef(_Strict):
+    """A container image in ECR: repository plus exactly one of tag or digest."""
+
+    repository: str = Field(min_length=2, max_length=256, pattern=r"^[a-z0-9][a-z0-9._/\-]*$")
+    tag: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
+    digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+
+    @model_validator(mode="after")
+    def _one_reference(self) -> ImageRef:
+        if (self.tag is None) == (self.digest is None):
+            raise ValueError("give exactly one of 'tag' or 'digest'")
+        return self
+
+    @property
+    def reference(self) -> str:
+        return f"@{self.digest}" if self.digest else f":{self.tag}"
+
+
+class Architecture(_Strict):
+    """The shape numbers the capacity planner and target-module checks need."""
+
+    hidden_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    num_hidden_layers: int = Field(gt=0)
+    num_attention_heads: int = Field(gt=0)
+    num_key_value_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    parameters: int = Field(gt=0, description="total parameter count")
+
+    def module_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in_features, out_features) of every LoRA-targetable projection in one layer."""
+        h, i = self.hidden_size, self.intermediate_size
+        q = self.num_attention_heads * self.head_dim
+        kv = self.num_key_value_heads * self.head_dim
+        return {
+            "q_proj": (h, q),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (q, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+        }
+
+
+class BaseModelEntry(_Strict):
+    """A base model and its compatibility tuple: what every adapter of it is bound to."""
+
+    model_id: str = Field(min_length=1)
+    source: Literal["hub", "local"] = "hub"
+    revision: str = Field(min_length=1)
+    tokenizer_sha256: str | None = Field(
+        default=None,
+        description="sha256 over the tokenizer files; computed and checked at container start",
+    )
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    quantization: Literal["none", "nf4"] = "none"
+    max_lora_rank: int = Field(gt=0, le=512)
+    image: ImageRef
+    architecture: Architecture
+    model_data: str | None = Field(
+        default=None,
+        description="S3 URI of the base weights (model.tar.gz or a prefix) the base IC loads",
+    )
+
+    @field_validator("tokenizer_sha256")
+    @classmethod
+    def _sha(cls, v: str | None) -> str | None:
+        if v is not None and not SHA256_RE.match(v):
+            raise ValueError("must be 64 lowercase hex characters")
+        return v
+
+    @model_validator(mode="after")
+    def _exact_revision(self) -> BaseModelEntry:
+        if self.source == "hub" and not GIT_SHA_RE.match(self.revision):
+            raise ValueError(
+                f"revision {self.revision!r} is not an exact commit (40 hex characters); "
+                "a branch or tag can move under the adapters trained on it"
+            )
+        return self
+
+
+class AccessPolicy(_Strict):
+    """Who may call an adapter. Empty lists mean nobody: access is never implicit."""
+
+    tenants: list[str] = Field(default_factory=list)
+    principals: list[str] = Field(
+        default_factory=list, description="IAM principal ARNs (roles, users, assumed roles)"
+    )
+
+
+class TrainingOverrides(_Strict):
+    learning_rate: float | None = Field(default=None, gt=0)
+    epochs: float | None = Field(default=None, gt=0)
+    max_steps: int | None = None
+    weight_decay: float | None = Field(default=None, ge=0)
+    eval_steps: int | None = Field(default=None, gt=0)
+    early_stopping_patience: int | None = Field(default=None, gt=0)
+
+
+class AdapterEntry(_Strict):
+    name: str = Field(min_length=1)
+    version: str = Field(pattern=r"^[0-9A-Za-z][0-9A-Za-z.+\-]{0,63}$")
+    base: str
+    task: str
+    description: str = ""
+    rank: int | None = Field(default=None, gt=0)
+    alpha: int | None = Field(default=None, gt=0)
+    targets: Targets | None = None
+    dropout: float | None = Field(default=None, ge=0.0, lt=1.0)
+    training: TrainingOverrides = Field(default_factory=TrainingOverrides)
+    dataset: str | None = Field(default=None, description="dataset generator; default: the task")
+    dataset_seed: int = 0
+    artifact: str | None = None
+    sha256: str | None = None
+    allow: AccessPolicy = Field(default_factory=AccessPolicy)
+    pin: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not SAGEMAKER_NAME_RE.match(v):
+            raise ValueError(
+                f"{v!r} is not a valid inference-component name part: letters, digits and "
+                "inner hyphens only (^[a-zA-Z0-9](-*[a-zA-Z0-9])*$)"
+            )
+        if v.lower() in RESERVED_ADAPTER_NAMES:
+            raise ValueError(f"{v!r} is reserved for the platform's own components")
+        return v
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, v: str) -> str:
+        if v not in TASK_PROFILES:
+            raise ValueError(f"unknown task {v!r} (known: {', '.join(sorted(TASK_PROFILES))})")
+        return v
+
+    @field_validator("artifact")
+    @classmethod
+    def _artifact(cls, v: str | None) -> str | None:
+        if v is not None and not ARTIFACT_RE.match(v):
+            raise ValueError(f"{v!r} is not an S3 URI of a .tar.gz (s3://bucket/key.tar.gz)")
+        return v
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha(cls, v: str | None) -> str | None:
+        if v is not None and not SHA256_RE.match(v):
+            raise ValueError("must be 64 lowercase hex characters")
+        return v
+
+    def profile(self) -> TaskProfile:
+        """The task profile with this entry's overrides applied."""
+        base = TASK_PROFILES[self.task]
+        updates: dict[str, object] = {
+            k: v
+            for k, v in {
+                "rank": self.rank,
+                "alpha": self.alpha,
+                "targets": self.targets,
+                "dropout": self.dropout,
+                **self.training.model_dump(),
+            }.items()
+            if v is not None
+        }
+        return base.model_copy(update=updates)
+
+    @property
+    def target_modules(self) -> tuple[str, ...]:
+        return TARGET_MODULES[self.profile().targets]
+
+
+class Catalog(_Strict):
+    base_models: dict[str, BaseModelEntry]
+    adapters: list[AdapterEntry] = Field(default_factory=list)
+
+
+class Engine(StrEnum):
+    runtime = "runtime"
+    lmi = "lmi"
+
+
+class ServingConfig(_Strict):
+    instance_type: str = Field(pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
+    initial_instance_count: int = Field(default=1, ge=1)
+    min_instance_count: int = Field(default=1, ge=0)
+    max_instance_count: int = Field(default=1, ge=1)
+    base_copies: int = Field(default=1, ge=1)
+    max_base_copies: int = Field(default=1, ge=1)
+    accelerators: int = Field(default=1, ge=0)
+    memory_mb: int = Field(default=12288, ge=1024)
+    cpu_cores: float = Field(default=2, gt=0)
+    max_loras: int | None = Field(default=None, ge=1, description="None: the planner decides")
+    max_cpu_loras: int = Field(default=32, ge=1)
+    vram_headroom: float = Field(default=0.85, gt=0.0, le=1.0)
+    kv_cache_gb: float = Field(default=4.0, ge=0.0)
+    startup_timeout_s: int = Field(default=900, ge=60, le=3600)
+    max_batch_size: int = Field(default=16, ge=1)
+
+    @model_validator(mode="after")
+    def _counts(self) -> ServingConfig:
+        if self.min_instance_count > self.max_instance_count:
+            raise ValueError("min_instance_count exceeds max_instance_count")
+        if self.base_copies > self.max_base_copies:
+            raise ValueError("base_copies exceeds max_base_copies")
+        return self
+
+
+class CacheConfig(_Strict):
+    engine: Literal["valkey", "redis"] = "valkey"
+    node_type: str = Field(default="cache.t4g.small", pattern=r"^cache\.[a-z0-9]+\.[a-z0-9]+$")
+    replicas: int = Field(default=0, ge=0, le=5)
+    multi_az: bool = False
+    port: int = Field(default=6380, ge=1024, le=65535)
+    ttl_hours: int = Field(default=72, ge=1, le=24 * 30)
+
+    @model_validator(mode="after")
+    def _multi_az(self) -> CacheConfig:
+        if self.multi_az and self.replicas < 1:
+            raise ValueError("multi_az needs at least one replica")
+        if self.port in (6379,):
+            raise ValueError("use a non-default port (6379 is the well-known Redis port)")
+        return self
+
+
+class RouterConfig(_Strict):
+    provisioned_concurrency: int = Field(default=0, ge=0)
+    timeout_s: int = Field(default=75, ge=10, le=900)
+    invoke_deadline_s: float = Field(default=65.0, gt=0)
+    memory_mb: int = Field(default=512, ge=128, le=10240)
+    max_new_tokens_cap: int = Field(default=512, ge=1)
+    max_stop_sequences: int = Field(default=4, ge=0)
+    max_body_bytes: int = Field(default=262144, ge=1024, le=6 * 1024 * 1024)
+    throttle_rate: float = Field(default=50, gt=0)
+    throttle_burst: int = Field(default=100, gt=0)
+
+    @model_validator(mode="after")
+    def _deadline(self) -> RouterConfig:
+        if self.invoke_deadline_s >= self.timeout_s:
+            raise ValueError("invoke_deadline_s must be shorter than the Lambda timeout_s")
+        return self
+
+
+class NetworkConfig(_Strict):
+    cidr: str = Field(default="10.40.0.0/16", pattern=r"^\d+\.\d+\.\d+\.\d+/\d+$")
+    max_azs: int = Field(default=2, ge=2, le=6)
+
+
+class ObservabilityConfig(_Strict):
+    log_retention_days: int = Field(default=365, ge=1)
+    latency_alarm_p99_ms: int = Field(default=20000, ge=1)
+    error_alarm_5xx_per_5min: int = Field(default=5, ge=1)
+
+
+class Environment(_Strict):
+    name: str
+    prefix: str = Field(min_length=1, max_length=40)
+    account: str | None = Field(default=None, pattern=r"^\d{12}$")
+    region: str = Field(default="us-east-1", pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
+    base: str = Field(description="key of base_models this environment serves")
+    base_overrides: dict[str, str] = Field(
+        default_factory=dict,
+        description="serve catalog base X as Y here (the local platform's tiny stand-in)",
+    )
+    engine: Engine = Engine.runtime
+    adapters: Literal["all"] | list[str] = "all"
+    serving: ServingConfig
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    router: RouterConfig = Field(default_factory=RouterConfig)
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
+    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
+    artifact_bucket: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$",
+        description="bucket publish uploads to; default: derived from prefix, account, region",
+    )
+    deletion_protection: bool = True
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        if not SAGEMAKER_NAME_RE.match(v):
+            raise ValueError(f"{v!r} must match ^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
+        return v

@@ -1,0 +1,77 @@
+"""Adapter inference components, sharded into stacks with a stable assignment.
+
+An adapter's shard is ``crc32(name) % SHARD_COUNT``: a function of its own name only, so adding
+or removing other adapters never moves it (moving would delete and recreate its component).
+Each adapter IC carries exactly the four properties the adapter contract names; the endpoint
+and base component are referred to by plain-string names, never by cross-stack exports.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from aws_cdk import Aws
+from aws_cdk import aws_sagemaker as sm
+from constructs import Construct
+
+from config import Deployment, ResolvedAdapter
+from infra.storage import ADAPTER_PREFIX
+
+SHARD_COUNT = 16
+#: CloudFormation allows 500 resources and 1 MB; we keep a margin under both.
+MAX_RESOURCES_PER_TEMPLATE = 400
+MAX_TEMPLATE_BYTES = 800 * 1024
+
+
+def shard_of(adapter_name: str) -> int:
+    return zlib.crc32(adapter_name.encode()) % SHARD_COUNT
+
+
+def shards(dep: Deployment) -> dict[int, list[ResolvedAdapter]]:
+    out: dict[int, list[ResolvedAdapter]] = {}
+    for a in dep.adapters:
+        out.setdefault(shard_of(a.name), []).append(a)
+    for index, members in out.items():
+        if len(members) > MAX_RESOURCES_PER_TEMPLATE:
+            raise ValueError(
+                f"adapter shard {index} of environment {dep.env.name!r} holds {len(members)} "
+                f"adapters, over {MAX_RESOURCES_PER_TEMPLATE} per template; raise SHARD_COUNT"
+            )
+    return dict(sorted(out.items()))
+
+
+def artifact_bucket_name(dep: Deployment) -> str:
+    """Deterministic bucket name, so any stack can form artifact URLs without an export."""
+    return dep.env.artifact_bucket or f"{dep.env.prefix}-artifacts-{Aws.ACCOUNT_ID}-{Aws.REGION}"
+
+
+def artifact_url(dep: Deployment, a: ResolvedAdapter) -> str:
+    if a.entry.artifact:
+        return a.entry.artifact
+    key = f"{ADAPTER_PREFIX}{a.name}/{a.entry.version}/adapter.tar.gz"
+    return f"s3://{artifact_bucket_name(dep)}/{key}"
+
+
+def construct_id(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("-") if part)
+
+
+class AdapterComponents(Construct):
+    def __init__(
+        self, scope: Construct, id: str, *, dep: Deployment, members: list[ResolvedAdapter]
+    ):
+        super().__init__(scope, id)
+        self.components: dict[str, sm.CfnInferenceComponent] = {}
+        for a in members:
+            self.components[a.name] = sm.CfnInferenceComponent(
+                self,
+                construct_id(a.name),
+                endpoint_name=dep.endpoint_name,
+                inference_component_name=a.component_name,
+                specification=sm.CfnInferenceComponent.InferenceComponentSpecificationProperty(
+                    base_inference_component_name=dep.base_component_name,
+                    container=sm.CfnInferenceComponent.InferenceComponentContainerSpecificationProperty(
+                        artifact_url=artifact_url(dep, a)
+                    ),
+                ),
+            )

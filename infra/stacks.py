@@ -1,0 +1,93 @@
+"""Stacks per environment: stateful, network, serving, and the adapter shards."""
+
+from __future__ import annotations
+
+from aws_cdk import App, Environment, Stack, Tags
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from config import Deployment
+from infra.adapters import AdapterComponents, artifact_bucket_name, shards
+from infra.network import Network
+from infra.serving import Serving
+from infra.storage import Storage
+
+
+class StatefulStack(Stack):
+    """What must outlive every redeploy: the key, the buckets, the image repository."""
+
+    def __init__(self, scope: Construct, id: str, *, dep: Deployment, **kw) -> None:
+        super().__init__(scope, id, **kw)
+        self.storage = Storage(self, "Storage", dep=dep)
+        self.storage.artifacts.node.default_child.add_property_override(  # type: ignore[union-attr]
+            "BucketName", artifact_bucket_name(dep)
+        )
+
+
+class NetworkStack(Stack):
+    def __init__(
+        self, scope: Construct, id: str, *, dep: Deployment, stateful: StatefulStack, **kw
+    ):
+        super().__init__(scope, id, **kw)
+        self.network = Network(
+            self, "Network", dep=dep, flow_log_bucket=stateful.storage.access_logs
+        )
+
+
+class ServingStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        dep: Deployment,
+        stateful: StatefulStack,
+        network: NetworkStack,
+        **kw,
+    ) -> None:
+        super().__init__(scope, id, **kw)
+        st, net = stateful.storage, network.network
+        self.serving = Serving(
+            self,
+            "Serving",
+            dep=dep,
+            vpc=net.vpc,
+            subnets=net.subnets,
+            security_group=net.sagemaker_sg,
+            key=st.key,
+            # By name, not by reference: the name is deterministic, so no export is needed.
+            bucket=s3.Bucket.from_bucket_name(self, "ArtifactsByName", artifact_bucket_name(dep)),
+            repository=st.repository,
+        )
+
+
+class AdapterShardStack(Stack):
+    def __init__(self, scope: Construct, id: str, *, dep: Deployment, members, **kw) -> None:
+        super().__init__(scope, id, **kw)
+        self.adapters = AdapterComponents(self, "Adapters", dep=dep, members=members)
+
+
+def build(app: App, dep: Deployment) -> list[Stack]:
+    env = Environment(account=dep.env.account, region=dep.env.region)
+    p = dep.env.prefix
+    stateful = StatefulStack(app, f"{p}-stateful", dep=dep, env=env)
+    network = NetworkStack(app, f"{p}-network", dep=dep, stateful=stateful, env=env)
+    serving = ServingStack(
+        app, f"{p}-serving", dep=dep, stateful=stateful, network=network, env=env
+    )
+    stacks: list[Stack] = [stateful, network, serving]
+    for index, members in shards(dep).items():
+        shard = AdapterShardStack(
+            app, f"{p}-adapters-{index:02d}", dep=dep, members=members, env=env
+        )
+        shard.add_stack_dependency(
+            serving, "adapter components need the endpoint and base component"
+        )
+        stacks.append(shard)
+    for stack in stacks:
+        for key, value in (("project", "lora-fleet"), ("environment", dep.env.name)):
+            # Adapter components carry exactly the four properties of the adapter contract.
+            Tags.of(stack).add(
+                key, value, exclude_resource_types=["AWS::SageMaker::InferenceComponent"]
+            )
+    return stacks

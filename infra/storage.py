@@ -1,0 +1,96 @@
+"""Stateful storage: the KMS key, the artifact bucket (with its access-log bucket) and ECR."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from config import Deployment
+from infra.nag import acknowledge
+
+#: Key prefixes in the artifact bucket; the SageMaker role reads only these.
+BASE_PREFIX = "base/"
+ADAPTER_PREFIX = "adapters/"
+
+
+class Storage(Construct):
+    def __init__(self, scope: Construct, id: str, *, dep: Deployment) -> None:
+        super().__init__(scope, id)
+        removal = RemovalPolicy.RETAIN if dep.env.deletion_protection else RemovalPolicy.DESTROY
+        self.key = kms.Key(
+            self,
+            "DataKey",
+            alias=f"alias/{dep.env.prefix}-data",
+            description=f"{dep.env.prefix}: artifacts, logs, cache secret and endpoint volumes",
+            enable_key_rotation=True,
+            removal_policy=removal,
+        )
+        self.access_logs = s3.Bucket(
+            self,
+            "AccessLogs",
+            # S3 server access logging cannot deliver to an SSE-KMS bucket.
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            versioned=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
+            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(365))],
+            removal_policy=removal,
+            auto_delete_objects=False,
+        )
+        acknowledge(
+            self.access_logs,
+            "AwsSolutions-S1",
+            "This is the access-log target bucket; logging it into itself would loop.",
+        )
+        for finding in (
+            "HIPAA.Security-S3BucketLoggingEnabled",
+            "NIST.800.53.R5-S3BucketLoggingEnabled",
+        ):
+            acknowledge(self.access_logs, finding, "Access-log target bucket; see AwsSolutions-S1.")
+        for finding in (
+            "HIPAA.Security-S3DefaultEncryptionKMS",
+            "NIST.800.53.R5-S3DefaultEncryptionKMS",
+        ):
+            acknowledge(
+                self.access_logs,
+                finding,
+                "S3 server access log delivery supports only SSE-S3 on the target bucket.",
+            )
+        self.artifacts = s3.Bucket(
+            self,
+            "Artifacts",
+            encryption=s3.BucketEncryption.KMS,
+            encryption_key=self.key,
+            bucket_key_enabled=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            versioned=True,
+            server_access_logs_bucket=self.access_logs,
+            server_access_logs_prefix="artifacts/",
+            removal_policy=removal,
+        )
+        for bucket in (self.artifacts, self.access_logs):
+            for finding in (
+                "HIPAA.Security-S3BucketReplicationEnabled",
+                "NIST.800.53.R5-S3BucketReplicationEnabled",
+            ):
+                acknowledge(
+                    bucket,
+                    finding,
+                    "Single-region platform: artifacts are reproducible from the catalog and "
+                    "training code, and versioning keeps every published adapter.",
+                )
+        self.repository = ecr.Repository(
+            self,
+            "RuntimeImages",
+            repository_name=f"{dep.env.prefix}-runtime",
+            image_scan_on_push=True,
+            image_tag_mutability=ecr.TagMutability.IMMUTABLE,
+            encryption=ecr.RepositoryEncryption.KMS,
+            encryption_key=self.key,
+            removal_policy=removal,
+        )

@@ -1,0 +1,211 @@
+"""Catalog validation: every rule rejects with the file, the entry and the field named."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from config import (
+    CATALOG_PATH,
+    ENVIRONMENTS_DIR,
+    AdapterEntry,
+    CatalogError,
+    environment_names,
+    load_catalog,
+    load_deployment,
+)
+
+REAL = yaml.safe_load(CATALOG_PATH.read_text())
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "adapters.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _with_adapter(**fields: object) -> dict:
+    data = copy.deepcopy(REAL)
+    entry = {"name": "new-adapter", "version": "1.0.0", "base": "qwen3-4b", "task": "sales_json"}
+    entry.update(fields)
+    data["adapters"].append(entry)
+    return data
+
+
+def _issue(exc: pytest.ExceptionInfo[CatalogError], field: str):
+    matches = [i for i in exc.value.issues if i.field == field]
+    assert matches, f"no issue on field {field!r}: {exc.value}"
+    return matches[0]
+
+
+def test_shipped_catalog_is_valid_for_every_environment() -> None:
+    assert set(environment_names()) == {"local", "dev", "staging", "prod"}
+    for env in environment_names():
+        dep = load_deployment(env)
+        assert len(dep.adapters) >= 7
+        tasks = {a.entry.task for a in dep.adapters}
+        assert tasks == {
+            "medical_shorthand",
+            "sales_json",
+            "singlish_to_standard",
+            "pii_redaction",
+            "sentiment_neutralization",
+            "style_transfer",
+        }
+
+
+def test_one_task_ships_two_variants_that_differ_in_rank_alpha_and_targets() -> None:
+    medical = [a for a in load_catalog().adapters if a.task == "medical_shorthand"]
+    assert len(medical) == 2
+    a, b = (m.profile() for m in medical)
+    assert a.rank != b.rank and a.alpha != b.alpha and a.targets != b.targets
+
+
+def test_duplicate_name(tmp_path: Path) -> None:
+    data = _with_adapter(name="sales-json")
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(_write(tmp_path, data))
+    issue = _issue(exc, "name")
+    assert "sales-json" in issue.entry and "duplicate" in issue.message
+    assert issue.file.endswith("adapters.yaml")
+
+
+def test_duplicate_name_differing_only_in_case(tmp_path: Path) -> None:
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(_write(tmp_path, _with_adapter(name="Sales-JSON")))
+    assert "duplicate" in _issue(exc, "name").message
+
+
+def test_unknown_base(tmp_path: Path) -> None:
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(_write(tmp_path, _with_adapter(base="llama-9b")))
+    issue = _issue(exc, "base")
+    assert "new-adapter" in issue.entry and "llama-9b" in issue.message
+
+
+def test_rank_above_max_lora_rank(tmp_path: Path) -> None:
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(_write(tmp_path, _with_adapter(rank=128)))
+    issue = _issue(exc, "rank")
+    assert "new-adapter" in issue.entry
+    assert "128" in issue.message and "max_lora_rank 64" in issue.message
+
+
+def test_rank_inherited_from_task_is_checked_too(tmp_path: Path) -> None:
+    data = copy.deepcopy(REAL)
+    data["base_models"]["qwen3-4b"]["max_lora_rank"] = 32
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(_write(tmp_path, data))
+    assert any(
+        "medical-shorthand-r64" in i.entry and i.field == "rank" for i in exc.value.issues
+    ), exc.value
+
+
+@pytest.mark.parametrize("bad", ["bad_name", "-lead", "trail-", "has space", "base", "a.b"])
+def test_invalid_component_name(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(_write(tmp_path, _with_adapter(name=bad)))
+    issue = _issue(exc, "name")
+    assert "adapters[" in issue.entry or bad in issue.entry
+
+
+def test_name_too_long_after_environment_prefix(tmp_path: Path) -> None:
+    # 55 characters is fine on its own but not behind "lora-prod-" (10 characters).
+    name = "a" * 55
+    path = _write(tmp_path, _with_adapter(name=name))
+    load_catalog(path)  # valid without an environment
+    with pytest.raises(CatalogError) as exc:
+        load_deployment("prod", path, ENVIRONMENTS_DIR)
+    issue = _issue(exc, "name")
+    assert name in issue.entry and "63" in issue.message and "lora-prod-" in issue.message
+
+
+@pytest.mark.parametrize(
+    "artifact",
+    ["s3://bucket/adapter.zip", "https://bucket.s3.amazonaws.com/a.tar.gz", "/tmp/a.tar.gz"],
+)
+def test_artifact_not_a_tar_gz_s3_uri(tmp_path: Path, artifact: str) -> None:
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(_write(tmp_path, _with_adapter(artifact=artifact)))
+    issue = _issue(exc, "artifact")
+    assert "new-adapter" in issue.entry and ".tar.gz" in issue.message
+
+
+def test_unknown_task(tmp_path: Path) -> None:
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(_write(tmp_path, _with_adapter(task="poetry")))
+    issue = _issue(exc, "task")
+    assert "new-adapter" in issue.entry and "poetry" in issue.message
+
+
+def test_unknown_environment() -> None:
+    with pytest.raises(CatalogError) as exc:
+        load_deployment("qa")
+    issue = exc.value.issues[0]
+    assert issue.field == "env" and "qa" in issue.entry and "known: dev" in issue.message
+    assert issue.file.endswith("qa.yaml")
+
+
+def test_duplicate_yaml_key_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "adapters.yaml"
+    path.write_text("base_models: {}\nbase_models: {}\nadapters: []\n")
+    with pytest.raises(CatalogError, match="duplicate key"):
+        load_catalog(path)
+
+
+def test_base_revision_must_be_exact(tmp_path: Path) -> None:
+    data = copy.deepcopy(REAL)
+    data["base_models"]["qwen3-4b"]["revision"] = "main"
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(_write(tmp_path, data))
+    issue = exc.value.issues[0]
+    assert "qwen3-4b" in issue.entry and "40 hex" in issue.message
+
+
+def test_all_errors_are_reported_at_once(tmp_path: Path) -> None:
+    data = _with_adapter(base="nope")
+    data["adapters"].append({"name": "x2", "version": "1", "base": "qwen3-4b", "task": "sales_json",
+                             "rank": 512})  # fmt: skip
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(_write(tmp_path, data))
+    assert {i.field for i in exc.value.issues} >= {"base", "rank"}
+
+
+def test_overrides_replace_profile_fields() -> None:
+    raw = load_catalog().adapters[0].model_dump()
+    raw.update(dropout=0.2, training={"learning_rate": 1e-3, "epochs": 1})
+    profile = AdapterEntry.model_validate(raw).profile()
+    assert (profile.dropout, profile.learning_rate, profile.epochs) == (0.2, 1e-3, 1)
+    assert profile.rank == 64  # untouched fields keep the entry's value
+
+
+def test_routing_table_maps_names_to_prefixed_components() -> None:
+    table = load_deployment("dev").routing_table()
+    assert table["endpoint"] == "lora-dev-endpoint"
+    assert table["adapters"]["sales-json"]["component"] == "lora-dev-sales-json"
+    assert table["adapters"]["sales-json"]["tenants"] == ["sales-ops", "demo"]
+
+
+def test_cli_prints_table_and_fails_with_messages(tmp_path: Path) -> None:
+    ok = subprocess.run(
+        [sys.executable, "-m", "config", "check", "--env", "dev"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "lora-dev-medical-shorthand-r64" in ok.stdout and "catalog ok" in ok.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "config", "check", "--catalog",
+         str(_write(tmp_path, _with_adapter(task="poetry")))],
+        capture_output=True,
+        text=True,
+        check=False,
+    )  # fmt: skip
+    assert bad.returncode == 1
+    assert "adapter 'new-adapter'" in bad.stderr and "field 'task'" in bad.stderr

@@ -1,0 +1,1 @@
+"""Training: task datasets, the local base builder, LoRA SFT, packaging, launch and evaluation."""
