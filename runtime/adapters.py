@@ -1,0 +1,228 @@
+"""Reading and validating a PEFT LoRA adapter directory against the served base.
+
+Everything here runs before an adapter is accepted, and raises ``AdapterError`` naming the
+defect. Nothing touches the model: a rejected adapter leaves the registry as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from runtime.lora import TARGETABLE
+
+_KEY = re.compile(
+    r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<ab>[AB])(?:\.[^.]+)?\.weight$"
+)
+
+
+class AdapterError(ValueError):
+    """The adapter cannot be served; the message names the defect."""
+
+
+@dataclass(frozen=True)
+class BaseIdentity:
+    """What adapters are checked against: the served base and its module shapes."""
+
+    model_id: str
+    revision: str | None
+    model_dir: str
+    modules: dict[str, tuple[int, int]]  # module name -> (in_features, out_features)
+    max_lora_rank: int
+
+    def matches(self, claimed: str | None) -> bool:
+        """Whether an adapter's ``base_model_name_or_path`` names this base.
+
+        Adapters trained elsewhere record a hub id ("Qwen/Qwen3-4B") or the local directory they
+        were trained from; both are accepted when they name this base. Shapes are checked too,
+        so a wrong base with the same name still fails on weights.
+        """
+        if not claimed:
+            return True
+        norm = claimed.rstrip("/")
+        candidates = {self.model_id, self.model_dir.rstrip("/")}
+        if norm in candidates:
+            return True
+        last = norm.rsplit("/", 1)[-1].lower()
+        return last in {c.rsplit("/", 1)[-1].lower() for c in candidates}
+
+
+@dataclass
+class LoadedAdapter:
+    name: str
+    src: str
+    version: str | None
+    rank: int
+    alpha: float
+    targets: tuple[str, ...]
+    weights: dict[str, tuple[torch.Tensor, torch.Tensor, float]] = field(repr=False)
+    manifest: dict[str, Any] | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes + b.nbytes for a, b, _ in self.weights.values())
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AdapterError(f"{what} missing: {path.name} not found in {path.parent}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise AdapterError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise AdapterError(f"{what} must be a JSON object")
+    return data
+
+
+def _pattern_value(patterns: dict[str, Any], module: str, default: Any) -> Any:
+    """PEFT's rank_pattern / alpha_pattern lookup: a key matches a module-name suffix."""
+    for key, value in (patterns or {}).items():
+        if re.match(rf"(.*\.)?{key}$", module):
+            return value
+    return default
+
+
+def _load_tensors(directory: Path) -> dict[str, torch.Tensor]:
+    st = directory / "adapter_model.safetensors"
+    if st.is_file():
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(st), device="cpu")
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise AdapterError(f"adapter weights do not load: {exc}") from None
+    pt = directory / "adapter_model.bin"
+    if pt.is_file():
+        try:
+            data = torch.load(pt, map_location="cpu", weights_only=True)
+        except Exception as exc:  # torch raises many types for a corrupt pickle
+            raise AdapterError(f"adapter weights do not load: {exc}") from None
+        if not isinstance(data, dict):
+            raise AdapterError("adapter_model.bin does not hold a state dict")
+        return data
+    raise AdapterError(
+        "adapter weights missing: neither adapter_model.safetensors nor adapter_model.bin "
+        f"in {directory}"
+    )
+
+
+def load_adapter(name: str, directory: Path, base: BaseIdentity) -> LoadedAdapter:
+    """Validate ``directory`` as a LoRA adapter for ``base`` and load its weights on the CPU."""
+    if not directory.is_dir():
+        raise AdapterError(f"adapter source {str(directory)!r} is not a directory")
+    cfg = _read_json(directory / "adapter_config.json", "adapter_config.json")
+    manifest_path = directory / "manifest.json"
+    manifest = _read_json(manifest_path, "manifest.json") if manifest_path.exists() else None
+
+    peft_type = str(cfg.get("peft_type", "")).upper()
+    if peft_type != "LORA":
+        raise AdapterError(f"peft_type is {cfg.get('peft_type')!r}; only LORA adapters are served")
+    for flag, why in (
+        ("use_dora", "DoRA adapters"),
+        ("fan_in_fan_out", "fan_in_fan_out (Conv1D) adapters"),
+    ):
+        if cfg.get(flag):
+            raise AdapterError(f"{why} are not supported ({flag}: true)")
+    if cfg.get("modules_to_save"):
+        raise AdapterError(
+            f"modules_to_save {cfg['modules_to_save']!r} would replace base weights; not supported"
+        )
+    if cfg.get("bias", "none") != "none":
+        raise AdapterError(f"bias {cfg['bias']!r} is not supported (only 'none')")
+
+    claimed = cfg.get("base_model_name_or_path")
+    if manifest is not None:
+        mbase = manifest.get("base") or {}
+        if mbase.get("model_id") and mbase.get("model_id") != base.model_id:
+            raise AdapterError(
+                f"base model mismatch: adapter was trained on {mbase.get('model_id')!r}, "
+                f"this server serves {base.model_id!r}"
+            )
+        if base.revision and mbase.get("revision") and mbase["revision"] != base.revision:
+            raise AdapterError(
+                f"base revision mismatch: adapter was trained on revision {mbase['revision']!r}, "
+                f"this server serves {base.revision!r}"
+            )
+    elif not base.matches(claimed):
+        raise AdapterError(
+            f"base model mismatch: adapter_config.json names {claimed!r}, "
+            f"this server serves {base.model_id!r}"
+        )
+
+    try:
+        r = int(cfg["r"])
+        alpha = float(cfg.get("lora_alpha", r))
+    except (KeyError, TypeError, ValueError):
+        raise AdapterError(
+            "adapter_config.json needs an integer 'r' and a numeric 'lora_alpha'"
+        ) from None
+    if r <= 0:
+        raise AdapterError(f"rank r={r} must be positive")
+    ranks = [r, *[int(v) for v in (cfg.get("rank_pattern") or {}).values()]]
+    if max(ranks) > base.max_lora_rank:
+        raise AdapterError(
+            f"rank {max(ranks)} greater than max_lora_rank {base.max_lora_rank} "
+            "(OPTION_MAX_LORA_RANK)"
+        )
+    targets = cfg.get("target_modules")
+    if isinstance(targets, list):
+        leaves = {m.rsplit(".", 1)[-1] for m in base.modules}
+        missing = [t for t in targets if t.rsplit(".", 1)[-1] not in leaves]
+        if missing:
+            raise AdapterError(
+                f"target modules {missing} do not exist in the base (targetable: {sorted(leaves)})"
+            )
+
+    tensors = _load_tensors(directory)
+    if not tensors:
+        raise AdapterError("adapter weights doesn't contain tensors")
+    pairs: dict[str, dict[str, torch.Tensor]] = {}
+    for key, tensor in tensors.items():
+        m = _KEY.match(key)
+        if m is None:
+            raise AdapterError(
+                f"unsupported tensor {key!r}: only lora_A / lora_B weights are served"
+            )
+        pairs.setdefault(m["module"], {})[m["ab"]] = tensor
+    weights: dict[str, tuple[torch.Tensor, torch.Tensor, float]] = {}
+    use_rslora = bool(cfg.get("use_rslora"))
+    for module, ab in sorted(pairs.items()):
+        if module not in base.modules:
+            leaf = module.rsplit(".", 1)[-1]
+            why = "is not a targetable projection" if leaf not in TARGETABLE else "does not exist"
+            raise AdapterError(f"target module {module!r} {why} in the base")
+        if set(ab) != {"A", "B"}:
+            raise AdapterError(f"module {module!r} has lora_{''.join(ab)} but not both A and B")
+        a, b = ab["A"], ab["B"]
+        fan_in, fan_out = base.modules[module]
+        mr = _pattern_value(cfg.get("rank_pattern") or {}, module, r)
+        if a.dim() != 2 or b.dim() != 2 or a.shape != (mr, fan_in) or b.shape != (fan_out, mr):
+            raise AdapterError(
+                f"module {module!r}: lora_A {tuple(a.shape)} / lora_B {tuple(b.shape)} do not fit "
+                f"the base ({fan_out}x{fan_in}) at rank {mr}"
+            )
+        if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+            raise AdapterError(f"module {module!r}: weights contain NaN or infinity")
+        ma = float(_pattern_value(cfg.get("alpha_pattern") or {}, module, alpha))
+        scale = ma / math.sqrt(mr) if use_rslora else ma / mr
+        weights[module] = (a.float().contiguous(), b.float().contiguous(), scale)
+
+    version = (manifest or {}).get("version") or cfg.get("revision")
+    return LoadedAdapter(
+        name=name,
+        src=str(directory),
+        version=str(version) if version is not None else None,
+        rank=max(ranks),
+        alpha=alpha,
+        targets=tuple(sorted({m.rsplit(".", 1)[-1] for m in weights})),
+        weights=weights,
+        manifest=manifest,
+    )

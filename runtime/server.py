@@ -1,0 +1,291 @@
+"""The SageMaker container contract over HTTP (port 8080).
+
+Routes: GET /ping, POST /invocations, POST /adapters, DELETE /adapters/{name}, GET /adapters,
+GET /metrics, and GET /trace (the live trace the playground polls). The adapter header and the
+register-request model (``name``, ``src``, ``preload``, ``pin``; JSON body or query string) come
+from AWS's model-hosting-container-standards package, which encodes SageMaker's adapter
+contract. Its decorator registry is process-global and built for wrapping another engine's
+server, so the routes themselves are plain FastAPI here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from model_hosting_container_standards.sagemaker.lora.constants import (
+    ResponseMessage,
+    SageMakerLoRAApiHeader,
+)
+from model_hosting_container_standards.sagemaker.lora.models.request import (
+    SageMakerRegisterLoRAAdapterRequest,
+)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from runtime.adapters import AdapterError
+from runtime.artifacts import ArtifactError, extract
+from runtime.cache import CapacityError
+from runtime.engine import Engine, EngineError, GenParams, GenRequest
+
+ADAPTER_HEADER = SageMakerLoRAApiHeader.ADAPTER_IDENTIFIER
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "user", "assistant"]
+    content: str = Field(max_length=1_000_000)
+
+
+class Parameters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_new_tokens: int | None = Field(default=None, ge=1)
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=0, ge=0)
+    repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
+    stop: list[str] = Field(default_factory=list, max_length=16)
+    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    do_sample: bool = False
+
+
+class Invocation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    inputs: str | None = Field(default=None, max_length=5_000_000)
+    messages: list[Message] | None = Field(default=None, min_length=1, max_length=256)
+    parameters: Parameters = Field(default_factory=Parameters)
+    stream: bool = False
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> Invocation:
+        if (self.inputs is None) == (self.messages is None):
+            raise ValueError("give exactly one of 'inputs' or 'messages'")
+        return self
+
+
+def _error(status: int, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": message, "status": status, **extra}, status_code=status)
+
+
+def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
+    app = FastAPI(title="lora-fleet runtime", docs_url=None, redoc_url=None)
+    s = engine.settings
+    tel = engine.telemetry
+
+    @app.on_event("startup")
+    async def _startup() -> None:
+        if start_engine and not engine.ready.is_set():
+            await asyncio.to_thread(engine.start)
+
+    @app.on_event("shutdown")
+    async def _shutdown() -> None:
+        engine.stop()
+
+    @app.get("/ping")
+    async def ping() -> Response:
+        if not engine.ready.is_set():
+            return _error(503, "base model loading")
+        return JSONResponse({"status": "healthy", "base": engine.base_info["model_id"]})
+
+    @app.post("/invocations")
+    async def invocations(request: Request) -> Response:
+        if not engine.ready.is_set():
+            return _error(503, "base model loading")
+        adapter = request.headers.get(ADAPTER_HEADER) or None
+        raw = await request.body()
+        if len(raw) > s.max_body_bytes:
+            return _error(413, f"body is {len(raw)} bytes, over the limit of {s.max_body_bytes}")
+        try:
+            body = Invocation.model_validate_json(raw)
+        except ValidationError as exc:
+            errors = [
+                {"field": ".".join(map(str, e["loc"])) or "body", "message": e["msg"]}
+                for e in exc.errors(include_url=False, include_input=False)
+            ]
+            return _error(400, "malformed request body", details=errors)
+        p = body.parameters
+        max_new = p.max_new_tokens or min(s.default_max_new_tokens, s.max_new_tokens)
+        if max_new > s.max_new_tokens:
+            return _error(413, f"max_new_tokens {max_new} is over the limit of {s.max_new_tokens}")
+        params = GenParams(
+            max_new_tokens=max_new, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k,
+            repetition_penalty=p.repetition_penalty, stop=tuple(x for x in p.stop if x),
+            seed=p.seed, do_sample=p.do_sample,
+        )  # fmt: skip
+        try:
+            ids = engine.encode(
+                body.inputs, [m.model_dump() for m in body.messages] if body.messages else None
+            )
+        except Exception as exc:  # a template or tokenizer failure is the request's fault
+            return _error(400, f"cannot tokenize the prompt: {exc}")
+        label = adapter or "__base__"
+        loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue[str | None] = asyncio.Queue()
+        on_token = (
+            (lambda t: loop.call_soon_threadsafe(chunks.put_nowait, t)) if body.stream else None
+        )
+        req = GenRequest(adapter=adapter, input_ids=ids, params=params, on_token=on_token)
+        try:
+            engine.submit(req)
+        except EngineError as exc:
+            tel.requests.labels(label, str(exc.status)).inc()
+            return _error(exc.status, exc.message)
+        if body.stream:
+            return StreamingResponse(
+                _stream(engine, req, chunks, label), media_type="application/jsonlines"
+            )
+        done = await asyncio.to_thread(req.done.wait, s.request_timeout_s + 30)
+        return _respond(engine, req, label, done)
+
+    @app.post("/adapters")
+    async def register(request: Request) -> Response:
+        if not engine.ready.is_set():
+            return _error(503, "base model loading")
+        raw = await request.body()
+        data: Any
+        if raw.strip():
+            try:
+                data = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                return _error(400, "body is not valid JSON (or send name and src as query string)")
+            if not isinstance(data, dict):
+                return _error(400, "body must be a JSON object")
+            data = {**dict(request.query_params), **data}
+        else:
+            data = dict(request.query_params)
+        try:
+            req = SageMakerRegisterLoRAAdapterRequest.model_validate(data)
+        except ValidationError as exc:
+            fields = sorted({str(e["loc"][0]) for e in exc.errors() if e["loc"]})
+            return _error(400, f"invalid register request: check {', '.join(fields)}")
+        try:
+            loaded = await asyncio.to_thread(_load, engine, req.name, req.src)
+            record, replaced = engine.cache.register(loaded, pin=req.pin)
+        except (AdapterError, ArtifactError) as exc:
+            tel.event("adapter_rejected", adapter=req.name, reason=str(exc))
+            return _error(424, f"adapter {req.name!r} rejected: {exc}")
+        except FileNotFoundError as exc:
+            return _error(404, f"adapter {req.name!r}: source not found: {exc}")
+        except CapacityError as exc:
+            return _error(409, str(exc))
+        tel.event("adapter_register", adapter=req.name, pinned=req.pin, replaced=replaced,
+                  version=record.version)  # fmt: skip
+        if req.preload or req.pin:
+            # When no slot can be freed it stays in host memory and is promoted on first use.
+            with contextlib.suppress(CapacityError, EngineError):
+                await asyncio.to_thread(_preload, engine, req.name)
+        msg = ResponseMessage.ADAPTER_UPDATED if replaced else ResponseMessage.ADAPTER_REGISTERED
+        return JSONResponse({"message": msg.format(alias=req.name), **record.describe()})
+
+    @app.delete("/adapters/{name}")
+    async def unregister(name: str) -> Response:
+        try:
+            engine.cache.unregister(name)
+        except KeyError:
+            return _error(404, ResponseMessage.ADAPTER_NOT_FOUND.format(alias=name))
+        return JSONResponse({"message": ResponseMessage.ADAPTER_UNREGISTERED.format(alias=name)})
+
+    @app.get("/adapters")
+    async def list_adapters() -> Response:
+        if not engine.ready.is_set():
+            return _error(503, "base model loading")
+        return JSONResponse(
+            {
+                "adapters": engine.cache.list(),
+                "tiers": engine.cache.tier_counts(),
+                "max_loras": s.max_loras,
+                "max_cpu_loras": s.max_cpu_loras,
+                "base": engine.base_info,
+            }
+        )
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return PlainTextResponse(tel.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/trace")
+    async def trace(since: int = 0, limit: int = 200) -> Response:
+        return JSONResponse({"events": tel.trace(since, max(1, min(limit, 1000)))})
+
+    return app
+
+
+def _load(engine: Engine, name: str, src: str):
+    path = Path(src)
+    if not path.exists():
+        raise FileNotFoundError(src)
+    if path.is_file():
+        if not path.name.endswith((".tar.gz", ".tgz", ".tar")):
+            raise AdapterError(f"src {src!r} is a file but not a .tar.gz archive")
+        work = engine.settings.work_dir
+        work.mkdir(parents=True, exist_ok=True)
+        dest = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=work)) / "adapter"
+        try:
+            extract(path, dest)
+            return engine.cache.validate(name, dest)
+        except Exception:
+            shutil.rmtree(dest.parent, ignore_errors=True)
+            raise
+    return engine.cache.validate(name, path)
+
+
+def _preload(engine: Engine, name: str) -> None:
+    """Ask for device residency through a zero-token request path: the engine thread owns it."""
+    rec = engine.cache.get(name)
+    if rec is None:
+        return
+    # Installing weights happens on the engine thread; a 1-token greedy request does exactly that.
+    ids = [engine.tokenizer.pad_token_id or 0]
+    req = GenRequest(adapter=name, input_ids=ids, params=GenParams(max_new_tokens=1))
+    engine.submit(req)
+    req.done.wait(engine.settings.request_timeout_s)
+
+
+def _respond(engine: Engine, req: GenRequest, label: str, done: bool) -> Response:
+    tel = engine.telemetry
+    if not done:
+        tel.requests.labels(label, "504").inc()
+        return _error(504, "request timed out")
+    if req.error is not None:
+        tel.requests.labels(label, str(req.error.status)).inc()
+        return _error(req.error.status, req.error.message)
+    _account(engine, req, label)
+    return JSONResponse(req.result())
+
+
+def _account(engine: Engine, req: GenRequest, label: str) -> None:
+    tel = engine.telemetry
+    tel.requests.labels(label, "200").inc()
+    tel.latency.labels(label).observe(time.perf_counter() - req.arrival)
+    tel.tokens.labels(label, "input").inc(len(req.input_ids))
+    tel.tokens.labels(label, "output").inc(len(req.output_ids))
+
+
+async def _stream(engine: Engine, req: GenRequest, chunks: asyncio.Queue, label: str):
+    loop = asyncio.get_running_loop()
+
+    def _close_when_done() -> None:
+        req.done.wait(engine.settings.request_timeout_s + 30)
+        # Queued after every token callback (call_soon_threadsafe is FIFO): ends the stream.
+        loop.call_soon_threadsafe(chunks.put_nowait, None)
+
+    closer = asyncio.create_task(asyncio.to_thread(_close_when_done))
+    while (text := await chunks.get()) is not None:
+        yield json.dumps({"token": text}) + "\n"
+    await closer
+    if not req.done.is_set():
+        yield json.dumps({"error": "request timed out", "status": 504}) + "\n"
+        return
+    if req.error is not None:
+        engine.telemetry.requests.labels(label, str(req.error.status)).inc()
+        yield json.dumps({"error": req.error.message, "status": req.error.status}) + "\n"
+        return
+    _account(engine, req, label)
+    yield json.dumps({"done": True, **req.result()}) + "\n"

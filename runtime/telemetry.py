@@ -1,0 +1,82 @@
+"""Prometheus metrics and the live trace (one JSON log line per adapter load/promotion/eviction).
+
+Each server owns its own ``CollectorRegistry`` so several servers (tests, benchmarks) can live
+in one process. The trace is also kept in a bounded ring buffer that ``GET /trace`` serves,
+which is what the playground's live-trace panel polls.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+log = logging.getLogger("runtime.trace")
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class Telemetry:
+    def __init__(self, trace_capacity: int = 2000) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "lora_requests", "Invocations by adapter and outcome", ["adapter", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "lora_request_latency_seconds", "End-to-end invocation latency", ["adapter"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.tokens = Counter("lora_tokens", "Tokens by adapter", ["adapter", "kind"], registry=r)
+        self.load_latency = Histogram(
+            "lora_adapter_load_seconds", "Adapter load latency by source tier", ["tier"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.cache_events = Counter(
+            "lora_adapter_cache_events", "Adapter cache hits, misses and evictions",
+            ["event", "tier"], registry=r,
+        )  # fmt: skip
+        self.adapters = Gauge("lora_adapters", "Registered adapters by tier", ["tier"], registry=r)
+        self.device_memory = Gauge(
+            "lora_device_memory_bytes", "Accelerator memory", ["kind"], registry=r
+        )
+        self.host_memory = Gauge("lora_host_memory_bytes", "Resident set size", registry=r)
+        self.queue_depth = Gauge("lora_queue_depth", "Requests waiting for a batch", registry=r)
+        self.batch_size = Histogram(
+            "lora_batch_size", "Rows per batch", buckets=(1, 2, 4, 8, 16, 32, 64), registry=r
+        )
+        self._trace: collections.deque[dict[str, Any]] = collections.deque(maxlen=trace_capacity)
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    def event(self, event: str, **fields: Any) -> dict[str, Any]:
+        """Record one live-trace event: a JSON log line plus the ring buffer."""
+        with self._lock:
+            self._seq += 1
+            record = {"seq": self._seq, "ts": round(time.time(), 3), "event": event, **fields}
+            self._trace.append(record)
+        log.info(json.dumps(record, default=str))
+        return record
+
+    def trace(self, since: int = 0, limit: int = 200) -> list[dict[str, Any]]:
+        with self._lock:
+            return [e for e in self._trace if e["seq"] > since][-limit:]
+
+    def render(self) -> bytes:
+        self.host_memory.set(host_rss_bytes())
+        return generate_latest(self.registry)
+
+
+def host_rss_bytes() -> int:
+    """Resident set size of this process, from /proc (Linux, the container's OS)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0

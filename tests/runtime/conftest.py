@@ -1,0 +1,104 @@
+"""A real runtime server process on a free port, and adapters made in the test with PEFT."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM
+
+ADAPTER_SPECS = {
+    "attn-r4": (["q_proj", "v_proj"], 4, 8),
+    "mlp-r8": (["gate_proj", "up_proj", "down_proj"], 8, 16),
+    "all-r16": (
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        16,
+        16,
+    ),
+    "qo-r2": (["q_proj", "o_proj"], 2, 4),
+}
+
+
+def make_adapter(base: Path, out: Path, targets: list[str], r: int, alpha: int, seed: int) -> Path:
+    torch.manual_seed(seed)
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base),
+        LoraConfig(r=r, lora_alpha=alpha, target_modules=targets),
+    )
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.4)  # visibly change the base's output
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def adapters(tiny_base: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("adapters")
+    return {
+        name: make_adapter(tiny_base, root / name, t, r, a, seed=i)
+        for i, (name, (t, r, a)) in enumerate(ADAPTER_SPECS.items())
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, url: str, proc: subprocess.Popen, log: Path) -> None:
+        self.url, self.proc, self.log = url, proc, log
+        self.client = httpx.Client(base_url=url, timeout=60)
+
+    def invoke(self, adapter: str | None = None, **body) -> httpx.Response:
+        headers = {"X-Amzn-SageMaker-Adapter-Identifier": adapter} if adapter else {}
+        return self.client.post("/invocations", json=body, headers=headers)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    port = _free_port()
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    env = {
+        **os.environ,
+        "OPTION_MAX_LORAS": "2",
+        "OPTION_MAX_CPU_LORAS": "2",
+        "OPTION_MAX_INPUT_TOKENS": "256",
+        "OPTION_MAX_NEW_TOKENS": "64",
+        "OPTION_MAX_BODY_BYTES": "65536",
+        "OPTION_WORK_DIR": str(log.parent / "work"),
+    }
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runtime", "serve", "--model-dir", str(tiny_base),
+             "--host", "127.0.0.1", "--port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+    srv = Server(f"http://127.0.0.1:{port}", proc, log)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if srv.client.get("/ping").status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None, log.read_text()
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail(f"server did not become healthy:\n{log.read_text()}")
+    yield srv
+    proc.terminate()
+    proc.wait(timeout=30)
+    assert "Traceback" not in log.read_text(), log.read_text()

@@ -1,0 +1,91 @@
+"""Tier behaviour: LRU by slot count, headroom eviction, pins, in-flight protection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runtime.cache import CapacityError
+from runtime.engine import Engine, GenParams, GenRequest
+from runtime.settings import Settings
+
+
+@pytest.fixture
+def engine(tiny_base: Path, tmp_path: Path):
+    eng = Engine(Settings(model_dir=tiny_base, max_loras=2, max_cpu_loras=1, work_dir=tmp_path))
+    eng.start()
+    yield eng
+    eng.stop()
+
+
+def _register(engine: Engine, name: str, src: Path, pin: bool = False):
+    return engine.cache.register(engine.cache.validate(name, src), pin=pin)[0]
+
+
+def _run(engine: Engine, adapter: str) -> dict:
+    req = engine.submit(
+        GenRequest(adapter=adapter, input_ids=[5, 6, 7], params=GenParams(max_new_tokens=2))
+    )
+    return engine.wait(req, timeout=60)
+
+
+def test_lru_eviction_by_slot_count_and_host_tier_bound(engine, adapters) -> None:
+    names = list(adapters)
+    for n in names:
+        _register(engine, n, adapters[n])
+    for n in names[:3]:
+        _run(engine, n)
+    tiers = {a["name"]: a["tier"] for a in engine.cache.list()}
+    assert tiers[names[0]] != "device"  # least recently used of three, two slots
+    assert tiers[names[1]] == tiers[names[2]] == "device"
+    assert sum(t == "host" for t in tiers.values()) <= 1  # OPTION_MAX_CPU_LORAS=1
+    _run(engine, names[0])  # comes back from disk or host
+    assert {a["name"]: a["tier"] for a in engine.cache.list()}[names[0]] == "device"
+    events = [e["event"] for e in engine.telemetry.trace()]
+    assert "adapter_evict" in events and "adapter_promote" in events
+
+
+def test_pinned_adapters_are_never_evicted(engine, adapters) -> None:
+    names = list(adapters)
+    _register(engine, names[0], adapters[names[0]], pin=True)
+    _run(engine, names[0])
+    for n in names[1:]:
+        _register(engine, n, adapters[n])
+        _run(engine, n)
+    assert engine.cache.get(names[0]).tier == "device"
+
+
+def test_pinning_more_than_the_slots_is_refused(engine, adapters) -> None:
+    names = list(adapters)
+    _register(engine, names[0], adapters[names[0]], pin=True)
+    _register(engine, names[1], adapters[names[1]], pin=True)
+    before = engine.cache.list()
+    with pytest.raises(CapacityError, match="OPTION_MAX_LORAS"):
+        _register(engine, names[2], adapters[names[2]], pin=True)
+    assert engine.cache.list() == before
+
+
+def test_headroom_threshold_evicts_before_loading(engine, adapters) -> None:
+    names = list(adapters)
+    _register(engine, names[0], adapters[names[0]])
+    _run(engine, names[0])
+    engine.cache.memory_probe = lambda: (90, 100)  # 0.90 used > 0.85 headroom
+    _register(engine, names[1], adapters[names[1]])
+    _run(engine, names[1])
+    assert engine.cache.get(names[0]).tier != "device"  # a free slot existed: headroom evicted it
+    assert any(e.get("reason") == "headroom" for e in engine.telemetry.trace())
+
+
+def test_in_flight_adapters_are_not_evicted(engine, adapters) -> None:
+    names = list(adapters)
+    for n in names[:3]:
+        _register(engine, n, adapters[n])
+    _run(engine, names[0])
+    _run(engine, names[1])
+    held = engine.cache.hold(names[0])  # as if a request for it were admitted
+    try:
+        assert not engine.cache.can_fit({names[2], names[1]})
+        assert engine.cache.can_fit({names[2]})
+    finally:
+        engine.cache.release(held)

@@ -1,0 +1,246 @@
+"""The SageMaker container contract against a running server, and every bad input we know of."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+PROMPT = "pt 45yo m c/o sob and cp"
+
+
+def _gen(server, adapter=None, **params):
+    r = server.invoke(adapter, inputs=PROMPT, parameters={"max_new_tokens": 8, **params})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_ping_and_base_model_invocation(server) -> None:
+    assert server.client.get("/ping").status_code == 200
+    out = _gen(server)
+    assert out["adapter"] is None and out["usage"]["output_tokens"] <= 8
+    assert set(out["timings_ms"]) >= {"queue", "adapter_load", "prefill", "decode", "total"}
+
+
+def test_register_by_json_and_by_query_string_then_list_and_unregister(server, adapters) -> None:
+    r = server.client.post("/adapters", json={"name": "j1", "src": str(adapters["attn-r4"])})
+    assert r.status_code == 200, r.text
+    r = server.client.post(
+        "/adapters", params={"name": "q1", "src": str(adapters["mlp-r8"]), "preload": "false"}
+    )
+    assert r.status_code == 200, r.text
+    listed = {a["name"]: a for a in server.client.get("/adapters").json()["adapters"]}
+    assert {"j1", "q1"} <= set(listed)
+    for a in ("j1", "q1"):
+        assert set(listed[a]) >= {"tier", "pinned", "inflight", "last_load_ms"}
+    assert listed["q1"]["rank"] == 8
+    for name in ("j1", "q1"):
+        out = _gen(server, name)
+        assert out["adapter"] == name
+    assert server.client.delete("/adapters/j1").status_code == 200
+    assert server.client.delete("/adapters/q1").status_code == 200
+    r = server.invoke("j1", inputs=PROMPT)
+    assert r.status_code == 404 and "j1" in r.json()["error"]
+
+
+def test_adapters_change_the_output_and_do_not_leak_into_the_base(server, adapters) -> None:
+    base_before = _gen(server)["generated_text"]
+    server.client.post("/adapters", json={"name": "leak", "src": str(adapters["all-r16"])})
+    assert _gen(server, "leak")["generated_text"] != base_before
+    assert _gen(server)["generated_text"] == base_before
+    server.client.delete("/adapters/leak")
+
+
+def test_streaming_returns_tokens_then_a_summary(server) -> None:
+    r = server.invoke(None, inputs=PROMPT, stream=True, parameters={"max_new_tokens": 6})
+    lines = [json.loads(x) for x in r.text.splitlines()]
+    assert lines[-1]["done"] is True
+    assert "".join(x["token"] for x in lines[:-1]) == lines[-1]["generated_text"]
+
+
+def test_messages_use_the_chat_template_and_stop_sequences_cut(server) -> None:
+    r = server.invoke(None, messages=[{"role": "user", "content": "hello"}],
+                      parameters={"max_new_tokens": 8})  # fmt: skip
+    assert r.status_code == 200
+    full = _gen(server, max_new_tokens=8)["generated_text"]
+    if len(full) > 3:
+        stop = full[2:4]
+        cut = _gen(server, max_new_tokens=8, stop=[stop])
+        assert cut["finish_reason"] == "stop_sequence" and stop not in cut["generated_text"]
+
+
+def test_sampling_with_a_seed_is_reproducible(server) -> None:
+    a = _gen(server, do_sample=True, temperature=0.9, top_p=0.9, top_k=50, seed=7)
+    b = _gen(server, do_sample=True, temperature=0.9, top_p=0.9, top_k=50, seed=7)
+    assert a["generated_text"] == b["generated_text"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b"[]",
+        b'{"inputs": 5}',
+        b'{"inputs": "x", "messages": [{"role": "user", "content": "y"}]}',
+        b"{}",
+        b'{"inputs": "x", "parameters": {"temperature": -1}}',
+        b'{"inputs": "x", "parameters": {"top_p": 2}}',
+        b'{"inputs": "x", "parameters": {"bogus": 1}}',
+        b'{"messages": [{"role": "wizard", "content": "y"}]}',
+        b'{"inputs": "x", "parameters": {"max_new_tokens": 0}}',
+        b"\xff\xfe\x00",
+    ],
+)
+def test_malformed_bodies_get_400(server, body: bytes) -> None:
+    r = server.client.post("/invocations", content=body)
+    assert r.status_code == 400, r.text
+    assert "error" in r.json()
+
+
+def test_oversized_inputs_get_413(server) -> None:
+    assert server.client.post("/invocations", content=b"x" * 70000).status_code == 413
+    r = server.invoke(None, inputs="word " * 2000)
+    assert r.status_code == 413 and "tokens" in r.json()["error"]
+    r = server.invoke(None, inputs="x", parameters={"max_new_tokens": 10_000})
+    assert r.status_code == 413
+
+
+def test_unknown_adapter_is_404_naming_it(server) -> None:
+    r = server.invoke("nope-adapter", inputs=PROMPT)
+    assert r.status_code == 404 and "nope-adapter" in r.json()["error"]
+    assert server.client.delete("/adapters/nope-adapter").status_code == 404
+
+
+def test_register_request_missing_fields_is_400(server) -> None:
+    assert server.client.post("/adapters", json={"name": "x"}).status_code == 400
+    assert server.client.post("/adapters", params={"src": "/tmp"}).status_code == 400
+    assert server.client.post("/adapters", content=b"{bad").status_code == 400
+    r = server.client.post("/adapters", json={"name": "x", "src": "/does/not/exist"})
+    assert r.status_code == 404
+
+
+def _broken(adapters, tmp_path: Path, name: str, mutate) -> Path:
+    d = tmp_path / name
+    shutil.copytree(adapters["attn-r4"], d)
+    mutate(d)
+    return d
+
+
+def _set_cfg(**kv):
+    def mutate(d: Path) -> None:
+        cfg = json.loads((d / "adapter_config.json").read_text())
+        cfg.update(kv)
+        (d / "adapter_config.json").write_text(json.dumps(cfg))
+
+    return mutate
+
+
+BROKEN = {
+    "no-config": (lambda d: (d / "adapter_config.json").unlink(), "adapter_config.json"),
+    "not-lora": (_set_cfg(peft_type="IA3"), "peft_type"),
+    "rank-too-big": (_set_cfg(r=128), "max_lora_rank"),
+    "other-base": (_set_cfg(base_model_name_or_path="meta-llama/Llama-3-8B"), "base model"),
+    "bad-target": (_set_cfg(target_modules=["q_proj", "conv9"]), "conv9"),
+    "no-weights": (lambda d: (d / "adapter_model.safetensors").unlink(), "weights missing"),
+    "corrupt-weights": (
+        lambda d: (d / "adapter_model.safetensors").write_bytes(b"garbage"),
+        "do not load",
+    ),
+    "dora": (_set_cfg(use_dora=True), "DoRA"),
+    "wrong-shape": (
+        lambda d: save_file(
+            {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.zeros(4, 3),
+             "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight": torch.zeros(64, 4)},
+            str(d / "adapter_model.safetensors"),
+        ),
+        "do not fit",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_invalid_artifacts_are_rejected_and_change_nothing(
+    server, adapters, tmp_path, case
+) -> None:
+    mutate, defect = BROKEN[case]
+    good = server.client.post("/adapters", json={"name": "keep", "src": str(adapters["qo-r2"])})
+    assert good.status_code == 200
+    before = _gen(server, "keep")["generated_text"]
+    listing = server.client.get("/adapters").json()["adapters"]
+    bad = _broken(adapters, tmp_path, case, mutate)
+    # a brand-new name, and the name of the good adapter (an update): both refused
+    for name in ("fresh-bad", "keep"):
+        r = server.client.post("/adapters", json={"name": name, "src": str(bad)})
+        assert r.status_code == 424, r.text
+        assert defect in r.json()["error"], r.json()
+    assert server.client.get("/adapters").json()["adapters"] == listing
+    assert _gen(server, "keep")["generated_text"] == before
+    assert server.invoke("fresh-bad", inputs=PROMPT).status_code == 404
+    server.client.delete("/adapters/keep")
+
+
+def _tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def _file(name: str, data: bytes = b"{}") -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info, data
+
+
+def _special(name: str, kind: bytes, link: str = "") -> tuple[tarfile.TarInfo, None]:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = link
+    return info, None
+
+
+MALICIOUS = {
+    "absolute": ([_file("/etc/evil.json")], "absolute"),
+    "dotdot": ([_file("../../evil.json")], ".."),
+    "symlink": ([_special("adapter_config.json", tarfile.SYMTYPE, "/etc/passwd")], "links"),
+    "hardlink": ([_special("adapter_config.json", tarfile.LNKTYPE, "/etc/passwd")], "links"),
+    "device": ([_special("dev", tarfile.CHRTYPE)], "device"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALICIOUS))
+def test_malicious_archives_are_refused(server, tmp_path, case) -> None:
+    members, defect = MALICIOUS[case]
+    archive = _tar(tmp_path / f"{case}.tar.gz", members)
+    r = server.client.post("/adapters", json={"name": f"mal-{case}", "src": str(archive)})
+    assert r.status_code == 424, r.text
+    assert defect in r.json()["error"]
+
+
+def test_adapter_archive_with_files_at_the_root_registers(server, adapters, tmp_path) -> None:
+    archive = tmp_path / "adapter.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for f in adapters["mlp-r8"].iterdir():
+            tar.add(f, arcname=f.name)
+    r = server.client.post("/adapters", json={"name": "from-tar", "src": str(archive)})
+    assert r.status_code == 200, r.text
+    assert _gen(server, "from-tar")["adapter"] == "from-tar"
+    server.client.delete("/adapters/from-tar")
+
+
+def test_metrics_and_trace(server, adapters) -> None:
+    server.client.post("/adapters", json={"name": "m1", "src": str(adapters["attn-r4"])})
+    _gen(server, "m1")
+    text = server.client.get("/metrics").text
+    assert 'lora_requests_total{adapter="m1",status="200"}' in text
+    assert "lora_adapter_load_seconds_bucket" in text and "lora_host_memory_bytes" in text
+    events = server.client.get("/trace").json()["events"]
+    assert any(e["event"] == "adapter_promote" and e["adapter"] == "m1" for e in events)
+    assert all("latency_ms" in e for e in events if e["event"] == "adapter_promote")
+    server.client.delete("/adapters/m1")
