@@ -47,6 +47,7 @@ class EngineError(Exception):
 @dataclass(frozen=True)
 class GenParams:
     max_new_tokens: int = 128
+    min_new_tokens: int = 0
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
@@ -361,6 +362,10 @@ class Engine:
 
     def _choose(self, logits: torch.Tensor, rows: list[GenRequest]) -> list[int]:
         logits = logits.float()
+        eos = sorted(self.eos_ids)
+        for i, r in enumerate(rows):
+            if eos and len(r.output_ids) < r.params.min_new_tokens:
+                logits[i, eos] = float("-inf")  # as transformers' min_new_tokens does
         greedy = logits.argmax(dim=-1).tolist()
         out: list[int] = []
         for i, r in enumerate(rows):

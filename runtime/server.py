@@ -47,6 +47,7 @@ class Message(BaseModel):
 class Parameters(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max_new_tokens: int | None = Field(default=None, ge=1)
+    min_new_tokens: int = Field(default=0, ge=0)
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=0)
@@ -115,7 +116,8 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
         if max_new > s.max_new_tokens:
             return _error(413, f"max_new_tokens {max_new} is over the limit of {s.max_new_tokens}")
         params = GenParams(
-            max_new_tokens=max_new, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k,
+            max_new_tokens=max_new, min_new_tokens=min(p.min_new_tokens, max_new),
+            temperature=p.temperature, top_p=p.top_p, top_k=p.top_k,
             repetition_penalty=p.repetition_penalty, stop=tuple(x for x in p.stop if x),
             seed=p.seed, do_sample=p.do_sample,
         )  # fmt: skip

@@ -1,0 +1,241 @@
+"""The router: API Gateway REST (AWS_IAM) -> authorization -> cache -> SageMaker.
+
+Routes: POST /v1/adapters/{adapter}/generate, GET /v1/adapters, GET /health. An adapter name
+maps to an inference-component name only through the routing table generated at synth; nothing
+in the body can name a component. Unknown adapters (404) and forbidden callers (403) never
+reach SageMaker.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.metrics import MetricUnit
+from pydantic import ValidationError
+
+from lambda_proxy.auth import allowed, caller_from_event
+from lambda_proxy.cache import CacheUnavailableError, ResponseCache, cache_key
+from lambda_proxy.sagemaker import InvokeError, invoke, make_client
+from lambda_proxy.schema import GenerateRequest
+from lambda_proxy.settings import RouterSettings, settings
+
+logger = Logger(service="lora-router")
+tracer = Tracer(service="lora-router")
+metrics = Metrics(namespace="LoraFleet", service="lora-router")
+app = APIGatewayRestResolver()
+
+
+@dataclass
+class Dependencies:
+    settings: RouterSettings
+    cache: ResponseCache
+    client: Any
+
+
+_deps: Dependencies | None = None
+
+
+def configure(deps: Dependencies | None) -> None:
+    """Replace the dependencies (tests, the local platform)."""
+    global _deps
+    _deps = deps
+
+
+def deps() -> Dependencies:
+    global _deps
+    if _deps is None:
+        s = settings()
+        password = None
+        if s.redis_secret_arn:
+            from aws_lambda_powertools.utilities.parameters import get_secret
+
+            password = str(get_secret(s.redis_secret_arn, max_age=3600))
+        _deps = Dependencies(
+            settings=s,
+            cache=ResponseCache.from_url(s.redis_url, s.cache_ttl_s, password),
+            client=make_client(s.sagemaker_endpoint_url, s.region, s.invoke_deadline_s),
+        )
+    return _deps
+
+
+def _error(status: int, message: str, **extra: Any) -> Response:
+    body = {"error": message, "status": status, "request_id": _request_id(), **extra}
+    return Response(
+        status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body)
+    )
+
+
+def _request_id() -> str | None:
+    event = getattr(app, "current_event", None)
+    ctx = event.raw_event.get("requestContext") if event is not None else None
+    rid = ctx.get("requestId") if isinstance(ctx, dict) else None
+    return rid if isinstance(rid, str) else None
+
+
+@app.get("/health")
+def health() -> dict[str, Any]:
+    table = deps().settings.routing_table
+    return {
+        "status": "ok",
+        "adapters": len(table.get("adapters", {})),
+        "endpoint": table.get("endpoint"),
+    }
+
+
+@app.get("/v1/adapters")
+def list_adapters() -> Response | dict[str, Any]:
+    caller = caller_from_event(app.current_event.raw_event)
+    if caller is None:
+        return _error(403, "no authenticated caller in the request context")
+    routes = deps().settings.routing_table.get("adapters", {})
+    visible = [
+        {"name": name, "version": r.get("version"), "task": r.get("task"),
+         "description": r.get("description", "")}
+        for name, r in sorted(routes.items())
+        if allowed(caller, r)
+    ]  # fmt: skip
+    return {"adapters": visible}
+
+
+@app.post("/v1/adapters/<adapter>/generate")
+def generate(adapter: str) -> Response:
+    t0 = time.perf_counter()
+    d = deps()
+    s = d.settings
+    table = s.routing_table
+    route = table.get("adapters", {}).get(adapter)
+    if route is None:
+        metrics.add_metric(name="UnknownAdapter", unit=MetricUnit.Count, value=1)
+        return _error(404, f"unknown adapter {adapter[:64]!r}")
+    caller = caller_from_event(app.current_event.raw_event)
+    if caller is None or not allowed(caller, route):
+        metrics.add_metric(name="Forbidden", unit=MetricUnit.Count, value=1)
+        return _error(403, f"caller may not use adapter {adapter!r}")
+    raw = app.current_event.body or ""
+    if len(raw.encode()) > s.max_body_bytes:
+        return _error(413, f"body over the limit of {s.max_body_bytes} bytes")
+    try:
+        data = json.loads(raw) if raw else None
+        req = GenerateRequest.model_validate(
+            data,
+            context={"max_new_tokens_cap": s.max_new_tokens_cap,
+                     "max_stop_sequences": s.max_stop_sequences},
+        )  # fmt: skip
+    except (ValueError, TypeError) as exc:  # JSONDecodeError and ValidationError are ValueErrors
+        details = (
+            [{"field": ".".join(map(str, e["loc"])) or "body", "message": e["msg"]}
+             for e in exc.errors(include_url=False, include_input=False)]
+            if isinstance(exc, ValidationError) else [{"field": "body", "message": "not JSON"}]
+        )  # fmt: skip
+        return _error(400, "invalid request", details=details)
+
+    payload: dict[str, Any] = {"parameters": req.parameters.model_dump(exclude_none=True)}
+    if req.inputs is not None:
+        payload["inputs"] = req.inputs
+    else:
+        payload["messages"] = [m.model_dump() for m in req.messages or []]
+    version = str(route.get("version", ""))
+    key = cache_key(adapter, version, str(table.get("base_revision", "")), payload)
+
+    cache_status = "bypass"
+    if req.parameters.deterministic:
+        try:
+            hit = d.cache.get(key)
+        except CacheUnavailableError as exc:
+            logger.warning("cache bypassed", extra={"reason": str(exc)})
+            metrics.add_metric(name="CacheError", unit=MetricUnit.Count, value=1)
+            hit = None
+            cache_status = "bypass"
+        else:
+            cache_status = "hit" if hit is not None else "miss"
+        if hit is not None:
+            metrics.add_metric(name="CacheHit", unit=MetricUnit.Count, value=1)
+            return _answer(adapter, version, hit, "hit", t0, model_ms=0.0)
+        if cache_status == "miss":
+            metrics.add_metric(name="CacheMiss", unit=MetricUnit.Count, value=1)
+
+    t_model = time.perf_counter()
+    try:
+        with tracer.provider.in_subsegment("invoke_endpoint") as sub:
+            sub.put_annotation(key="adapter", value=adapter)
+            result = invoke(d.client, table["endpoint"], route["component"], payload)
+    except InvokeError as exc:
+        metrics.add_metric(name=f"Error{exc.status}", unit=MetricUnit.Count, value=1)
+        logger.warning("invoke failed", extra={"adapter": adapter, "code": exc.code})
+        return _error(exc.status, exc.message, code=exc.code)
+    model_ms = (time.perf_counter() - t_model) * 1000
+    metrics.add_metric(name="ModelLatency", unit=MetricUnit.Milliseconds, value=model_ms)
+    if cache_status == "miss":
+        d.cache.put(key, result)
+    return _answer(adapter, version, result, cache_status, t0, model_ms)
+
+
+def _answer(adapter: str, version: str, result: dict[str, Any], cache: str, t0: float,
+            model_ms: float) -> Response:  # fmt: skip
+    total = (time.perf_counter() - t0) * 1000
+    body = {
+        "output": result.get("generated_text"),
+        "adapter": adapter,
+        "version": version,
+        "cache": cache,
+        "request_id": _request_id(),
+        "finish_reason": result.get("finish_reason"),
+        "usage": result.get("usage"),
+        "timings_ms": {"router": round(total - model_ms, 3), "model": round(model_ms, 3),
+                       "total": round(total, 3), "engine": result.get("timings_ms")},
+    }  # fmt: skip
+    return Response(
+        status_code=200, content_type=content_types.APPLICATION_JSON, body=json.dumps(body)
+    )
+
+
+def _shape_error(event: Any) -> str | None:
+    """What is wrong with an event that is not an API Gateway REST proxy event, if anything."""
+    if not isinstance(event, dict):
+        return "event is not an object"
+    for key in ("httpMethod", "path"):
+        if not isinstance(event.get(key), str):
+            return f"event.{key} missing or not a string"
+    for key in ("headers", "queryStringParameters", "pathParameters", "multiValueHeaders",
+                "multiValueQueryStringParameters"):  # fmt: skip
+        value = event.get(key)
+        if value is not None and (
+            not isinstance(value, dict) or not all(isinstance(k, str) for k in value)
+        ):
+            return f"event.{key} is not an object of strings"
+    if event.get("body") is not None and not isinstance(event["body"], str):
+        return "event.body is not a string"
+    if not isinstance(event.get("requestContext"), dict):
+        return "event.requestContext missing"
+    if event.get("isBase64Encoded") not in (None, False):
+        return "base64-encoded bodies are not accepted"
+    return None
+
+
+def _plain_error(status: int, message: str) -> dict[str, Any]:
+    return {
+        "statusCode": status,
+        "headers": {"Content-Type": "application/json"},
+        "body": json.dumps({"error": message, "status": status}),
+        "isBase64Encoded": False,
+    }
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics
+def handler(event: Any, context: Any) -> dict[str, Any]:
+    problem = _shape_error(event)
+    if problem is not None:
+        metrics.add_metric(name="MalformedEvent", unit=MetricUnit.Count, value=1)
+        return _plain_error(400, problem)
+    try:
+        return app.resolve(event, context)
+    except Exception:  # the last line of defence: a bug answers 500, never a crash
+        logger.exception("unhandled error")
+        return _plain_error(500, "internal error")

@@ -1,0 +1,61 @@
+"""The client request schema; bounds come from the environment's router configuration."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "user", "assistant"]
+    content: str = Field(min_length=1)
+
+
+class Parameters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_new_tokens: int = Field(default=128, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=0, ge=0, le=1000)
+    repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
+    stop: list[str] = Field(default_factory=list)
+    seed: int | None = Field(default=None, ge=0, lt=2**31)
+    do_sample: bool = False
+
+    @field_validator("max_new_tokens")
+    @classmethod
+    def _cap(cls, v: int, info: ValidationInfo) -> int:
+        cap = (info.context or {}).get("max_new_tokens_cap")
+        if cap is not None and v > cap:
+            raise ValueError(f"must be at most {cap}")
+        return v
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        cap = (info.context or {}).get("max_stop_sequences")
+        if cap is not None and len(v) > cap:
+            raise ValueError(f"at most {cap} stop sequences")
+        if any(not s or len(s) > 64 for s in v):
+            raise ValueError("stop sequences must be 1 to 64 characters")
+        return v
+
+    @property
+    def deterministic(self) -> bool:
+        return not self.do_sample or self.temperature == 0
+
+
+class GenerateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    inputs: str | None = Field(default=None, min_length=1)
+    messages: list[Message] | None = Field(default=None, min_length=1, max_length=64)
+    parameters: Parameters = Field(default_factory=Parameters)
+    stream: bool = False
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> GenerateRequest:
+        if (self.inputs is None) == (self.messages is None):
+            raise ValueError("give exactly one of 'inputs' or 'messages'")
+        return self

@@ -1,0 +1,143 @@
+"""Router fixtures: events as API Gateway sends them, a stubbed SageMaker client, real Redis."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import pytest
+import redis
+from botocore.config import Config
+from botocore.response import StreamingBody
+from botocore.stub import Stubber
+
+os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "LoraFleetTest")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")  # never real: nothing leaves this machine
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+
+from lambda_proxy import handler as h
+from lambda_proxy.cache import ResponseCache
+from lambda_proxy.settings import RouterSettings
+
+ALLOWED_ROLE = "arn:aws:sts::123456789012:assumed-role/clinic-north/session-1"
+OTHER_ROLE = "arn:aws:sts::123456789012:assumed-role/intruder/session-9"
+TABLE = {
+    "endpoint": "lora-test-endpoint",
+    "base_component": "lora-test-base",
+    "base_revision": "rev-1",
+    "adapters": {
+        "medical": {"component": "lora-test-medical", "version": "1.0.0", "task": "medical_shorthand",
+                    "tenants": ["clinic-north"], "principals": []},
+        "public": {"component": "lora-test-public", "version": "2.0.0", "task": "style_transfer",
+                   "tenants": ["*"], "principals": []},
+        "by-arn": {"component": "lora-test-by-arn", "version": "1", "task": "sales_json",
+                   "tenants": [], "principals": ["arn:aws:iam::123456789012:role/intruder"]},
+    },
+}  # fmt: skip
+
+
+@dataclass
+class Context:
+    function_name: str = "router"
+    memory_limit_in_mb: int = 512
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:router"
+    aws_request_id: str = "req-1"
+
+
+def event(method: str = "POST", path: str = "/v1/adapters/medical/generate", body: Any = None,
+          arn: str | None = ALLOWED_ROLE) -> dict[str, Any]:  # fmt: skip
+    return {
+        "resource": "/{proxy+}",
+        "path": path,
+        "httpMethod": method,
+        "headers": {"Content-Type": "application/json"},
+        "queryStringParameters": None,
+        "pathParameters": None,
+        "body": body if body is None or isinstance(body, str) else json.dumps(body),
+        "isBase64Encoded": False,
+        "requestContext": {
+            "requestId": f"rid-{uuid.uuid4().hex[:8]}",
+            "identity": {"userArn": arn} if arn else {},
+            "stage": "v1",
+            "path": path,
+            "httpMethod": method,
+        },
+    }
+
+
+def call(ev: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    out = h.handler(ev, Context())
+    return out["statusCode"], json.loads(out["body"])
+
+
+def model_answer(text: str = "Patient has shortness of breath.") -> dict[str, Any]:
+    body = json.dumps({"generated_text": text, "finish_reason": "stop",
+                       "usage": {"input_tokens": 5, "output_tokens": 6}}).encode()  # fmt: skip
+    return {"Body": StreamingBody(io.BytesIO(body), len(body)), "ContentType": "application/json"}
+
+
+@pytest.fixture
+def sagemaker():
+    client = boto3.client(
+        "sagemaker-runtime", region_name="us-east-1",
+        config=Config(retries={"mode": "standard", "max_attempts": 1}),
+        aws_access_key_id="test", aws_secret_access_key="test",
+    )  # fmt: skip
+    with Stubber(client) as stub:
+        yield client, stub
+        stub.assert_no_pending_responses()
+
+
+@pytest.fixture
+def redis_client():
+    client = redis.Redis(host="127.0.0.1", port=6379, db=0)
+    client.ping()
+    return client
+
+
+@pytest.fixture
+def router(sagemaker, redis_client):
+    client, stub = sagemaker
+    cache = ResponseCache(redis_client, ttl_s=72 * 3600)
+    settings = RouterSettings(routing_table=TABLE, max_new_tokens_cap=256, max_stop_sequences=2,
+                              max_body_bytes=4096)  # fmt: skip
+    h.configure(h.Dependencies(settings=settings, cache=cache, client=client))
+    yield stub, cache
+    h.configure(None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    """A Redis of our own that a test may kill mid-run."""
+    port = free_port()
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL)  # fmt: skip
+    client = redis.Redis(
+        host="127.0.0.1", port=port, socket_timeout=0.25, socket_connect_timeout=0.25
+    )
+    for _ in range(100):
+        try:
+            client.ping()
+            break
+        except redis.RedisError:
+            time.sleep(0.05)
+    yield proc, client
+    proc.kill()
+    proc.wait()
