@@ -15,3 +15,12 @@ def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_base(
         tmp_path_factory.mktemp("tiny-base"), preset="tiny", seed=0, log=lambda _: None
     )
+
+
+@pytest.fixture(scope="session")
+def local_base() -> Path:
+    """The local platform's base (preset local, briefly pre-trained), cached under .artifacts."""
+    from training.base import build_base
+
+    root = Path(__file__).resolve().parents[1] / ".artifacts" / "base" / "qwen3-local"
+    return build_base(root, preset="local", seed=0, log=lambda _: None)

@@ -128,6 +128,8 @@ def build_base(out: Path | str, preset: str = "tiny", seed: int = 0, log=print) 
     n_params = sum(t.numel() for t in model.parameters())
     manifest = {
         **wanted,
+        "model_id": f"local/qwen3-{preset}",
+        "revision": RECIPE_REVISION,
         "model_type": "qwen3",
         "parameters": n_params,
         "tokenizer_sha256": tokenizer_sha256(out),

@@ -1,0 +1,171 @@
+"""SageMaker training jobs for catalog entries, with the SageMaker Python SDK v3 ModelTrainer.
+
+``python -m training.launch --adapter NAME --env ENV --role ARN [--dry-run]``
+
+One job per catalog entry: the Hugging Face training image from ``image_uris``, the project's
+``config`` and ``training`` packages as source code, the base weights as the ``base`` channel,
+the adapter archive written to /opt/ml/model. ``--dry-run`` runs the SDK's real code path with
+every AWS call answered locally (a botocore ``before-call`` hook) and prints the exact
+CreateTrainingJob request the SDK built; botocore has validated it against the service model
+before the hook sees it. Nothing leaves the machine in a dry run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shutil
+import sys
+import tempfile
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from config import load_deployment
+
+ROOT = Path(__file__).resolve().parents[1]
+HF_TRANSFORMERS = "4.56.2"
+HF_PYTORCH = "pytorch2.8.0"
+#: What the job installs on top of the image (the image's transformers is older than ours).
+REQUIREMENTS = [
+    "transformers>=5,<6",
+    "peft>=0.21,<0.22",
+    "trl>=1.16,<2",
+    "datasets>=4",
+    "accelerate>=1.10",
+    "bitsandbytes>=0.45",
+    "pydantic>=2.10,<3",
+    "pyyaml>=6",
+]
+
+
+class DryRunComplete(Exception):  # noqa: N818 - a control-flow signal, not an error
+    def __init__(self, request: dict[str, Any]) -> None:
+        super().__init__("dry run stopped at CreateTrainingJob")
+        self.request = request
+
+
+def stage_source(dest: Path) -> Path:
+    """The job's source directory: the two packages it runs, and its requirements."""
+    for pkg in ("config", "training"):
+        shutil.copytree(ROOT / pkg, dest / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    (dest / "requirements.txt").write_text("\n".join(REQUIREMENTS) + "\n")
+    return dest
+
+
+def _dry_run_session(region: str, account: str, bucket: str):
+    """A boto3 session whose calls are all answered here; CreateTrainingJob ends the run."""
+    import boto3
+    from botocore.awsrequest import AWSResponse
+
+    ok = AWSResponse("https://dry-run.invalid", 200, {}, None)
+    api_params: dict[str, dict[str, Any]] = {}
+    now = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+    def remember(params: dict[str, Any], model: Any, **_: Any) -> None:
+        api_params[model.name] = dict(params)
+
+    def answer(model: Any, **_: Any) -> tuple[Any, dict[str, Any]]:
+        params = api_params.get(model.name, {})
+        if model.name == "CreateTrainingJob":
+            raise DryRunComplete(params)
+        if model.name == "GetCallerIdentity":
+            return ok, {"Account": account, "Arn": f"arn:aws:iam::{account}:user/dry-run",
+                        "UserId": "dry-run"}  # fmt: skip
+        if model.name == "ListBuckets":
+            return ok, {"Buckets": [{"Name": bucket, "CreationDate": now}]}
+        if model.name == "GetRole":
+            trust = {"Version": "2012-10-17", "Statement": [{
+                "Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"},
+                "Action": "sts:AssumeRole"}]}  # fmt: skip
+            name = params.get("RoleName", "role")
+            return ok, {"Role": {
+                "RoleName": name, "Arn": f"arn:aws:iam::{account}:role/{name}", "Path": "/",
+                "RoleId": "AROADRYRUNDRYRUNDRYRU", "CreateDate": now,
+                "AssumeRolePolicyDocument": urllib.parse.quote(json.dumps(trust))}}  # fmt: skip
+        return ok, {}
+
+    session = boto3.Session(
+        region_name=region,
+        aws_access_key_id="dry-run",
+        aws_secret_access_key="dry-run",  # noqa: S106 - no call is ever sent
+    )
+    session.events.register("before-parameter-build.*.*", remember)
+    session.events.register("before-call.*.*", answer)
+    return session
+
+
+def build_trainer(adapter: str, env: str, role: str, *, session: Any, bucket: str, source: Path):
+    from sagemaker.core import image_uris
+    from sagemaker.core.helper.session_helper import Session
+    from sagemaker.train import ModelTrainer
+    from sagemaker.train.configs import Compute, InputData, SourceCode, StoppingCondition
+
+    dep = load_deployment(env)
+    entry = dep.adapter(adapter).entry
+    instance = "ml.g5.2xlarge"
+    image = image_uris.retrieve(
+        framework="huggingface", region=dep.env.region, version=HF_TRANSFORMERS,
+        base_framework_version=HF_PYTORCH, instance_type=instance, image_scope="training",
+    )  # fmt: skip
+    base_data = dep.base.model_data or f"s3://{bucket}/base/{dep.base_key}/{dep.base.revision}/"
+    return ModelTrainer(
+        sagemaker_session=Session(boto_session=session, default_bucket=bucket),
+        role=role,
+        training_image=image,
+        base_job_name=f"{dep.env.prefix}-{adapter}"[:50],
+        source_code=SourceCode(
+            source_dir=str(source),
+            requirements="requirements.txt",
+            command=f"python -m training.train --adapter {adapter} --env {env}",
+        ),
+        compute=Compute(instance_type=instance, instance_count=1, volume_size_in_gb=100),
+        stopping_condition=StoppingCondition(max_runtime_in_seconds=4 * 3600),
+        hyperparameters={"adapter": adapter, "env": env, "version": entry.version},
+        input_data_config=[InputData(channel_name="base", data_source=base_data)],
+        environment={"HF_HUB_OFFLINE": "1"},
+    )
+
+
+def launch(adapter: str, env: str, role: str, *, dry_run: bool, account: str = "123456789012",
+           bucket: str | None = None) -> dict[str, Any] | None:  # fmt: skip
+    dep = load_deployment(env)
+    bucket = (
+        bucket
+        or dep.env.artifact_bucket
+        or f"{dep.env.prefix}-artifacts-{account}-{dep.env.region}"
+    )
+    with tempfile.TemporaryDirectory(prefix="job-src-") as tmp:
+        source = stage_source(Path(tmp))
+        if dry_run:
+            session = _dry_run_session(dep.env.region, account, bucket)
+        else:
+            import boto3
+
+            session = boto3.Session(region_name=dep.env.region)
+        trainer = build_trainer(adapter, env, role, session=session, bucket=bucket, source=source)
+        try:
+            trainer.train(wait=not dry_run, logs=not dry_run)
+        except DryRunComplete as done:
+            return done.request
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m training.launch", description=__doc__)
+    ap.add_argument("--adapter", action="append", required=True, help="repeat for several")
+    ap.add_argument("--env", required=True)
+    ap.add_argument("--role", required=True, help="SageMaker execution role ARN")
+    ap.add_argument("--bucket")
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args(argv)
+    for name in args.adapter:
+        request = launch(name, args.env, args.role, dry_run=args.dry_run, bucket=args.bucket)
+        if request is not None:
+            print(json.dumps(request, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+"""LoRA SFT of one catalog entry: ``python -m training.train --adapter NAME``.
+
+The same entry point runs on a laptop CPU and inside a SageMaker training job: there it reads
+the SageMaker variables (``SM_MODEL_DIR`` for the output, ``SM_CHANNEL_BASE`` for the base
+model, ``SM_HPS`` for the hyperparameters) and writes the packaged adapter to /opt/ml/model.
+
+TRL's SFTTrainer with a PEFT LoRA config: prompt/completion chat records formatted with the
+base tokenizer's own chat template, loss on the completion only, cosine schedule, weight decay,
+LoRA dropout, early stopping on eval loss, bf16 -> fp16 -> fp32 by hardware, optional QLoRA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from config import TARGET_MODULES, load_deployment
+from config.compat import tokenizer_sha256
+from training import datasets
+from training.evaluate import compare
+from training.package import pack, write_manifest
+
+
+@dataclass
+class TrainResult:
+    adapter: str
+    archive: Path
+    sha256: str
+    manifest: dict[str, Any]
+    seconds: float
+
+
+def precision() -> dict[str, bool]:
+    import torch
+
+    if torch.cuda.is_available():
+        if torch.cuda.is_bf16_supported():
+            return {"bf16": True, "fp16": False}
+        return {"bf16": False, "fp16": True}
+    return {"bf16": False, "fp16": False}
+
+
+def train(
+    adapter: str,
+    *,
+    env: str = "local",
+    base_dir: Path,
+    out_dir: Path,
+    qlora: bool = False,
+    max_steps: int | None = None,
+    dataset_size: int = datasets.DEFAULT_SIZE,
+    batch_size: int = 16,
+    log=print,
+) -> TrainResult:
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, EarlyStoppingCallback
+    from trl import SFTConfig, SFTTrainer
+
+    t0 = time.perf_counter()
+    dep = load_deployment(env)
+    entry = dep.adapter(adapter).entry
+    profile = entry.profile()
+    split = datasets.load(entry.dataset or entry.task, entry.dataset_seed, dataset_size)
+    built = Path(base_dir) / "base_manifest.json"
+    if built.exists():
+        have = json.loads(built.read_text())
+        if (have.get("model_id"), have.get("revision")) != (dep.base.model_id, dep.base.revision):
+            raise ValueError(
+                f"{base_dir} holds {have.get('model_id')}@{have.get('revision')}, but environment "
+                f"{env!r} serves {dep.base.model_id}@{dep.base.revision}"
+            )
+
+    def records(recs) -> Dataset:
+        return Dataset.from_list(
+            [
+                {
+                    "prompt": [
+                        {"role": "system", "content": profile.instruction},
+                        {"role": "user", "content": r.raw},
+                    ],
+                    "completion": [{"role": "assistant", "content": r.label}],
+                }
+                for r in recs
+            ]
+        )
+
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    kwargs: dict[str, Any] = {}
+    prec = precision()
+    if qlora:
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_compute_dtype=torch.bfloat16 if prec["bf16"] else torch.float16,
+        )
+    model = AutoModelForCausalLM.from_pretrained(base_dir, **kwargs)
+    lora = LoraConfig(
+        r=profile.rank,
+        lora_alpha=profile.alpha,
+        lora_dropout=profile.dropout,
+        target_modules=list(TARGET_MODULES[profile.targets]),
+        task_type="CAUSAL_LM",
+    )
+    work = Path(tempfile.mkdtemp(prefix=f"train-{adapter}-"))
+    steps = max_steps if max_steps is not None else profile.max_steps
+    config = SFTConfig(
+        output_dir=str(work),
+        num_train_epochs=profile.epochs,
+        max_steps=steps,
+        learning_rate=profile.learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=5,
+        weight_decay=profile.weight_decay,
+        per_device_train_batch_size=batch_size,
+        per_device_eval_batch_size=batch_size,
+        eval_strategy="steps",
+        eval_steps=profile.eval_steps,
+        save_strategy="steps",
+        save_steps=profile.eval_steps,
+        save_total_limit=1,
+        load_best_model_at_end=True,
+        metric_for_best_model="eval_loss",
+        greater_is_better=False,
+        logging_steps=profile.eval_steps,
+        report_to=[],
+        use_cpu=not torch.cuda.is_available(),
+        seed=entry.dataset_seed,
+        max_length=384,
+        completion_only_loss=True,
+        disable_tqdm=True,
+        **prec,
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=config,
+        train_dataset=records(split.train),
+        eval_dataset=records(split.held_out),
+        processing_class=tokenizer,
+        peft_config=lora,
+        callbacks=[
+            EarlyStoppingCallback(early_stopping_patience=profile.early_stopping_patience),
+            _Progress(adapter, log),
+        ],
+    )
+    mode = "bf16" if prec["bf16"] else "fp16" if prec["fp16"] else "fp32"
+    log(
+        f"[{adapter}] training r={profile.rank} alpha={profile.alpha} targets={profile.targets} "
+        f"on {len(split.train)} examples ({mode})"
+    )
+    result = trainer.train()
+    adapter_dir = out_dir / adapter
+    if adapter_dir.exists():
+        shutil.rmtree(adapter_dir)
+    trainer.model.save_pretrained(adapter_dir)
+    shutil.rmtree(work, ignore_errors=True)
+
+    evaluation = compare(base_dir, adapter_dir, profile, list(split.held_out))
+    verdict = "beats" if evaluation["beats_base"] else "does NOT beat"
+    log(
+        f"[{adapter}] held-out {profile.metric}: adapter {evaluation['adapter']['score']:.3f} vs "
+        f"base {evaluation['base']['score']:.3f} -> {verdict} the base"
+    )
+    base = dep.base
+    manifest = write_manifest(
+        adapter_dir,
+        {
+            "name": adapter,
+            "version": entry.version,
+            "task": entry.task,
+            "base": {
+                "key": dep.base_key,
+                "model_id": base.model_id,
+                "revision": base.revision,
+                "tokenizer_sha256": tokenizer_sha256(base_dir),
+                "dtype": base.dtype,
+                "quantization": "nf4" if qlora else base.quantization,
+            },
+            "hyperparameters": profile.model_dump(mode="json"),
+            "dataset": {
+                "task": split.task,
+                "seed": split.seed,
+                "sha256": split.sha256(),
+                "train": len(split.train),
+                "held_out": len(split.held_out),
+                "card": datasets.card(split.task),
+            },
+            "training": {
+                "steps": result.global_step,
+                "train_loss": round(result.training_loss, 4),
+                "best_eval_loss": trainer.state.best_metric,
+                "seconds": round(time.perf_counter() - t0, 1),
+            },
+            "eval": evaluation,
+        },
+    )
+    (adapter_dir / "eval_report.json").write_text(json.dumps(evaluation, indent=2) + "\n")
+    archive = out_dir / f"{adapter}.tar.gz"
+    digest = pack(adapter_dir, archive)
+    seconds = time.perf_counter() - t0
+    log(f"[{adapter}] {archive} sha256 {digest[:12]}... in {seconds:.1f} s")
+    return TrainResult(adapter, archive, digest, manifest, seconds)
+
+
+class _Progress(TrainerCallback):
+    """Prints a line per evaluation (the trainer's own tqdm is off for clean logs)."""
+
+    def __init__(self, adapter: str, log) -> None:
+        self.adapter, self.log = adapter, log
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        loss = (metrics or {}).get("eval_loss")
+        self.log(
+            f"[{self.adapter}] step {state.global_step}/{state.max_steps} eval_loss {loss:.4f}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    hps = json.loads(os.environ.get("SM_HPS", "{}"))
+    ap = argparse.ArgumentParser(prog="python -m training.train", description=__doc__)
+    ap.add_argument("--adapter", default=hps.get("adapter"), required="adapter" not in hps)
+    ap.add_argument("--env", default=hps.get("env", "local"))
+    ap.add_argument("--base-dir", type=Path, default=os.environ.get("SM_CHANNEL_BASE"))
+    ap.add_argument(
+        "--out", type=Path, default=os.environ.get("SM_MODEL_DIR", ".artifacts/adapters")
+    )
+    ap.add_argument("--qlora", action="store_true", default=bool(hps.get("qlora", False)))
+    ap.add_argument("--max-steps", type=int, default=hps.get("max_steps"))
+    args = ap.parse_args(argv)
+    if args.base_dir is None:
+        ap.error("--base-dir is required (or SM_CHANNEL_BASE inside a SageMaker job)")
+    res = train(args.adapter, env=args.env, base_dir=args.base_dir, out_dir=args.out,
+                qlora=args.qlora, max_steps=args.max_steps)  # fmt: skip
+    return 0 if res.manifest["eval"]["beats_base"] else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
