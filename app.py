@@ -19,6 +19,13 @@ def main() -> None:
     catalog = app.node.try_get_context("catalog") or CATALOG_PATH
     try:
         dep = load_deployment(env_name, catalog)
+        if not dep.env.deployable:
+            print(
+                f"environment {env_name!r} runs on one machine only (deployable: false); "
+                "synth dev, staging or prod",
+                file=sys.stderr,
+            )
+            sys.exit(1)
         build(app, dep)
     except (CatalogError, CapacityError) as exc:
         # A bad catalog entry fails synth here, naming the entry, not at deploy time.

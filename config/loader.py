@@ -157,8 +157,12 @@ def _rank_issues(
     return []
 
 
-def environment_names(directory: Path = ENVIRONMENTS_DIR) -> list[str]:
-    return sorted(p.stem for p in directory.glob("*.yaml"))
+def environment_names(directory: Path = ENVIRONMENTS_DIR, *, deployable: bool = False) -> list[str]:
+    """Environment files by name; ``deployable=True`` keeps only those with AWS stacks."""
+    names = sorted(p.stem for p in directory.glob("*.yaml"))
+    if deployable:
+        names = [n for n in names if load_environment(n, directory).deployable]
+    return names
 
 
 @dataclass(frozen=True)

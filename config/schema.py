@@ -308,6 +308,9 @@ class Environment(_Strict):
         description="bucket publish uploads to; default: derived from prefix, account, region",
     )
     deletion_protection: bool = True
+    deployable: bool = Field(
+        default=True, description="false: runs on one machine only (the local platform)"
+    )
 
     @field_validator("prefix")
     @classmethod

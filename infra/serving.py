@@ -83,9 +83,8 @@ class Serving(Construct):
             assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
             description=f"{env.prefix}: SageMaker endpoint execution role",
         )
-        self.role.add_managed_policy(
-            execution_policy(self, stack, self.endpoint_name, key, bucket, repository)
-        )
+        self.policy = execution_policy(self, stack, self.endpoint_name, key, bucket, repository)
+        self.role.add_managed_policy(self.policy)
         if env.engine is Engine.lmi:
             image = LMI_IMAGE.format(region=Aws.REGION)
         else:
@@ -113,7 +112,8 @@ class Serving(Construct):
                 subnets=vpc.select_subnets(subnet_type=subnets.subnet_type).subnet_ids,
             ),
         )
-        self.model.node.add_dependency(self.role)
+        # SageMaker checks the role's permissions when it creates the model.
+        self.model.node.add_dependency(self.policy)
         self.endpoint_config = sm.CfnEndpointConfig(
             self,
             "EndpointConfig",

@@ -36,7 +36,8 @@ class Storage(Construct):
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True,
             versioned=True,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
+            # Log delivery is granted by bucket policy (cdk.json flag), not by the legacy ACL.
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(365))],
             removal_policy=removal,
             auto_delete_objects=False,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.synth
 
 @pytest.fixture(scope="module")
 def dev() -> dict[str, Template]:
-    app = App()
+    app = App(context=json.loads((ROOT / "cdk.json").read_text())["context"])
     stacks = build(app, load_deployment("dev"))
     add_nag_packs(app)
     app.synth()  # raises on any unacknowledged cdk-nag finding
@@ -97,3 +98,15 @@ def test_bad_catalog_entry_fails_synth_with_its_name(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 1
     assert "adapter 'broken-one'" in proc.stderr and "field 'rank'" in proc.stderr
+
+
+def test_the_local_environment_is_not_synthesized(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "app.py"],
+        cwd=ROOT,
+        env={**os.environ, "CDK_CONTEXT_JSON": '{"env": "local"}', "CDK_OUTDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 1 and "deployable: false" in proc.stderr
