@@ -66,6 +66,11 @@ def pii_scores(hypothesis: str, reference: str, values: dict[str, str]) -> tuple
     return leak_rate, recall * (1 - leak_rate)
 
 
+def headline(metric: str) -> str:
+    """What ``score`` measures for a task metric (the PII gate scores redaction, not leaks)."""
+    return "redaction_score" if metric == "pii_leak_rate" else metric
+
+
 def score(metric: str, outputs: list[str], records: list[Any]) -> dict[str, float]:
     """The task's headline metric (``score``, higher is better) and its companions."""
     n = max(1, len(outputs))

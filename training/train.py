@@ -28,6 +28,7 @@ from config import TARGET_MODULES, load_deployment
 from config.compat import tokenizer_sha256
 from training import datasets
 from training.evaluate import compare
+from training.metrics import headline
 from training.package import pack, write_manifest
 
 
@@ -142,6 +143,8 @@ def train(
         max_length=384,
         completion_only_loss=True,
         disable_tqdm=True,
+        # TRL's default; it trades time for memory, which pays on a GPU with a 4B base only.
+        gradient_checkpointing=torch.cuda.is_available(),
         **prec,
     )
     trainer = SFTTrainer(
@@ -171,7 +174,8 @@ def train(
     evaluation = compare(base_dir, adapter_dir, profile, list(split.held_out))
     verdict = "beats" if evaluation["beats_base"] else "does NOT beat"
     log(
-        f"[{adapter}] held-out {profile.metric}: adapter {evaluation['adapter']['score']:.3f} vs "
+        f"[{adapter}] held-out {headline(profile.metric)}: "
+        f"adapter {evaluation['adapter']['score']:.3f} vs "
         f"base {evaluation['base']['score']:.3f} -> {verdict} the base"
     )
     base = dep.base

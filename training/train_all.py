@@ -10,6 +10,7 @@ from pathlib import Path
 
 from config import load_deployment
 from training.base import build_base
+from training.metrics import headline
 from training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,7 +30,11 @@ def main(argv: list[str] | None = None) -> int:
         ev = res.manifest["eval"]
         ok &= bool(ev["beats_base"])
         p = a.entry.profile()
-        rows.append(f"| {a.name} | r={p.rank} a={p.alpha} {p.targets} | {ev['metric']} | "
+        metric = headline(ev["metric"])
+        if "pii_leak_rate" in ev["adapter"]:
+            leaks = ev["adapter"]["pii_leak_rate"], ev["base"]["pii_leak_rate"]
+            metric += f" (leak rate {leaks[0]:.3f} vs {leaks[1]:.3f})"
+        rows.append(f"| {a.name} | r={p.rank} a={p.alpha} {p.targets} | {metric} | "
                     f"{ev['adapter']['score']:.3f} | {ev['base']['score']:.3f} | "
                     f"{'yes' if ev['beats_base'] else 'NO'} | {res.seconds:.0f} |")  # fmt: skip
     total = time.perf_counter() - t0
@@ -46,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         "## Local training",
         "## Local training (`python -m training.train_all`)\n\n"
         f"Command: `.venv/bin/python -m training.train_all` ({time.strftime('%Y-%m-%d')}, CPU, "
-        f"2 cores). Base: the local Qwen3 preset (1.3 M parameters; built and pre-trained in "
-        f"{t_base:.0f} s, 0 s when cached). Every native adapter trained with its task profile "
+        f"2 cores). Base: the local Qwen3 preset (1.3 M parameters; "
+        + ("reused from the cache" if t_base < 1 else f"built and pre-trained in {t_base:.0f} s")
+        + "). Every native adapter trained with its task profile "
         f"and evaluated greedily on 64 held-out examples against the base. Total {total:.0f} s.\n\n"
         + table
         + "\n",
