@@ -48,4 +48,6 @@ snapshot:  ## reserved: update committed template snapshots (infrastructure issu
 	@echo "template snapshots are not committed yet"; exit 2
 
 bench: setup  ## benchmarks (each prints a table and writes benchmarks/RESULTS.md)
-	@ls benchmarks/*.py >/dev/null 2>&1 && for b in benchmarks/*.py; do $(PY) $$b; done || echo "no benchmarks yet"
+	$(PY) benchmarks/serving.py
+	$(PY) benchmarks/router.py
+	$(PY) -m training.train_all

@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -447,7 +446,3 @@ class Engine:
         if req.error is not None:
             raise req.error
         return req.result()
-
-
-def load_settings(model_dir: str | Path | None) -> Settings:
-    return Settings.from_env(model_dir)

@@ -239,11 +239,14 @@ def _load(engine: Engine, name: str, src: str):
 
 
 def _preload(engine: Engine, name: str) -> None:
-    """Ask for device residency through a zero-token request path: the engine thread owns it."""
+    """Make a newly registered adapter device-resident.
+
+    Only the engine thread installs weights into the model, between forward passes; a one-token
+    greedy request for the adapter is the way to get it to do that in order with other work.
+    """
     rec = engine.cache.get(name)
     if rec is None:
         return
-    # Installing weights happens on the engine thread; a 1-token greedy request does exactly that.
     ids = [engine.tokenizer.pad_token_id or 0]
     req = GenRequest(adapter=name, input_ids=ids, params=GenParams(max_new_tokens=1))
     engine.submit(req)
