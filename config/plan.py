@@ -117,7 +117,10 @@ def plan(dep: Deployment) -> Plan:
             )
         max_loras, source = s.max_loras, "environment"
     else:
-        max_loras, source = max(1, min(fits, len(dep.adapters) or 1)), "planner"
+        # Not capped by the number of adapters: the value sits in the model's environment, and
+        # adding a catalog entry must not restart the base. The host tier bounds it instead
+        # (LMI requires max_cpu_loras >= max_loras).
+        max_loras, source = max(1, min(fits, s.max_cpu_loras)), "planner"
     if pinned > max_loras:
         raise CapacityError(
             f"{where}: {pinned} pinned adapters exceed {max_loras} device slots; unpin some"

@@ -246,6 +246,7 @@ class CacheConfig(_Strict):
     multi_az: bool = False
     port: int = Field(default=6380, ge=1024, le=65535)
     ttl_hours: int = Field(default=72, ge=1, le=24 * 30)
+    snapshot_retention_days: int = Field(default=15, ge=0, le=35)
 
     @model_validator(mode="after")
     def _multi_az(self) -> CacheConfig:
@@ -258,8 +259,15 @@ class CacheConfig(_Strict):
 
 class RouterConfig(_Strict):
     provisioned_concurrency: int = Field(default=0, ge=0)
-    timeout_s: int = Field(default=75, ge=10, le=900)
-    invoke_deadline_s: float = Field(default=65.0, gt=0)
+    reserved_concurrency: int = Field(
+        default=50, ge=1, description="ceiling on concurrent router executions (and cost)"
+    )
+    waf_rate_limit_per_5min: int = Field(default=2000, ge=10, le=2_000_000_000)
+    # API Gateway REST ends an integration at 29 s unless the account's regional quota is
+    # raised (up to 300 s); the router gives SageMaker less than that and answers 504 in time.
+    gateway_timeout_s: int = Field(default=29, ge=1, le=300)
+    timeout_s: int = Field(default=30, ge=10, le=900)
+    invoke_deadline_s: float = Field(default=27.0, gt=0)
     memory_mb: int = Field(default=512, ge=128, le=10240)
     max_new_tokens_cap: int = Field(default=512, ge=1)
     max_stop_sequences: int = Field(default=4, ge=0)
@@ -269,8 +277,13 @@ class RouterConfig(_Strict):
 
     @model_validator(mode="after")
     def _deadline(self) -> RouterConfig:
-        if self.invoke_deadline_s >= self.timeout_s:
-            raise ValueError("invoke_deadline_s must be shorter than the Lambda timeout_s")
+        if self.invoke_deadline_s >= min(self.timeout_s, self.gateway_timeout_s):
+            raise ValueError(
+                "invoke_deadline_s must be shorter than the Lambda timeout_s and the "
+                "gateway_timeout_s"
+            )
+        if self.provisioned_concurrency > self.reserved_concurrency:
+            raise ValueError("provisioned_concurrency exceeds reserved_concurrency")
         return self
 
 

@@ -8,12 +8,13 @@ an IC's name (``Ref`` is its ARN) and adapter shards refer to the base by that n
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Aws, Stack
+from aws_cdk import ArnFormat, Aws, RemovalPolicy, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sagemaker as sm
 from constructs import Construct
@@ -22,11 +23,17 @@ from config import Deployment
 from config.plan import plan
 from config.schema import Engine
 from infra.nag import acknowledge
+from infra.network import retention
 from infra.storage import ADAPTER_PREFIX, BASE_PREFIX
 
 VARIANT = "AllTraffic"
 #: AWS's LMI (DJL Serving + vLLM) image, used when an environment picks engine: lmi.
 LMI_IMAGE = "763104351884.dkr.ecr.{region}.amazonaws.com/djl-inference:0.33.0-lmi15.0.0-cu128"
+
+
+def endpoint_log_group_name(endpoint_name: str) -> str:
+    """The group SageMaker writes the container's stdout to (one stream per instance/copy)."""
+    return f"/aws/sagemaker/Endpoints/{endpoint_name}"
 
 
 def container_environment(dep: Deployment) -> dict[str, str]:
@@ -77,6 +84,16 @@ class Serving(Construct):
         self.endpoint_name = dep.endpoint_name
         self.base_component_name = dep.base_component_name
 
+        # Created here, before SageMaker would, to set retention and encryption on it.
+        self.log_group = logs.LogGroup(
+            self,
+            "EndpointLogs",
+            log_group_name=endpoint_log_group_name(self.endpoint_name),
+            retention=retention(env.observability.log_retention_days),
+            encryption_key=key,
+            removal_policy=RemovalPolicy.RETAIN if env.deletion_protection
+            else RemovalPolicy.DESTROY,
+        )  # fmt: skip
         self.role = iam.Role(
             self,
             "ExecutionRole",
@@ -135,6 +152,7 @@ class Serving(Construct):
                 )
             ],
         )
+        self.endpoint_config.node.add_dependency(self.log_group)
         self.endpoint = sm.CfnEndpoint(
             self,
             "Endpoint",

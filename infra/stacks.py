@@ -1,14 +1,23 @@
-"""Stacks per environment: stateful, network, serving, and the adapter shards."""
+"""Stacks per environment, in deploy order.
+
+``PREFIX-stateful`` (key, buckets, repository) -> ``PREFIX-network`` -> ``PREFIX-cache``
+(stateful too, kept apart because it lives in the VPC) -> ``PREFIX-serving`` (endpoint and base
+component) -> ``PREFIX-adapters-NN`` shards -> ``PREFIX-router`` -> ``PREFIX-observability``.
+Stateful stacks get termination protection where the environment asks for deletion protection.
+"""
 
 from __future__ import annotations
 
-from aws_cdk import App, Environment, Stack, Tags
+from aws_cdk import App, CfnOutput, Environment, Stack, Tags
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from config import Deployment
 from infra.adapters import AdapterComponents, artifact_bucket_name, shards
+from infra.cache import ResponseCacheCluster
 from infra.network import Network
+from infra.observability import Observability
+from infra.router import STAGE, Router
 from infra.serving import Serving
 from infra.storage import Storage
 
@@ -32,6 +41,57 @@ class NetworkStack(Stack):
         self.network = Network(
             self, "Network", dep=dep, flow_log_bucket=stateful.storage.access_logs
         )
+
+
+class CacheStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        dep: Deployment,
+        stateful: StatefulStack,
+        network: NetworkStack,
+        **kw,
+    ) -> None:
+        super().__init__(scope, id, **kw)
+        net = network.network
+        self.cache = ResponseCacheCluster(
+            self, "Cache", dep=dep, vpc=net.vpc, subnets=net.subnets,
+            security_group=net.cache_sg, key=stateful.storage.key,
+        )  # fmt: skip
+
+
+class RouterStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        dep: Deployment,
+        stateful: StatefulStack,
+        network: NetworkStack,
+        cache: CacheStack,
+        **kw,
+    ) -> None:
+        super().__init__(scope, id, **kw)
+        net = network.network
+        self.router = Router(
+            self, "Router", dep=dep, vpc=net.vpc, subnets=net.subnets,
+            security_group=net.router_sg, key=stateful.storage.key,
+            cache_url=cache.cache.url, cache_secret_arn=cache.cache.secret.secret_arn,
+        )  # fmt: skip
+        CfnOutput(self, "RouterUrl", value=self.router.url,
+                  description="POST {url}v1/adapters/NAME/generate, SigV4-signed")  # fmt: skip
+
+
+class ObservabilityStack(Stack):
+    def __init__(self, scope: Construct, id: str, *, dep: Deployment, **kw) -> None:
+        super().__init__(scope, id, **kw)
+        self.observability = Observability(
+            self, "Observability", dep=dep, api_name=f"{dep.env.prefix}-router", stage=STAGE,
+            function_name=f"{dep.env.prefix}-router",
+        )  # fmt: skip
 
 
 class ServingStack(Stack):
@@ -70,12 +130,17 @@ class AdapterShardStack(Stack):
 def build(app: App, dep: Deployment) -> list[Stack]:
     env = Environment(account=dep.env.account, region=dep.env.region)
     p = dep.env.prefix
-    stateful = StatefulStack(app, f"{p}-stateful", dep=dep, env=env)
+    protect = dep.env.deletion_protection
+    stateful = StatefulStack(app, f"{p}-stateful", dep=dep, env=env, termination_protection=protect)
     network = NetworkStack(app, f"{p}-network", dep=dep, stateful=stateful, env=env)
+    cache = CacheStack(
+        app, f"{p}-cache", dep=dep, stateful=stateful, network=network, env=env,
+        termination_protection=protect,
+    )  # fmt: skip
     serving = ServingStack(
         app, f"{p}-serving", dep=dep, stateful=stateful, network=network, env=env
     )
-    stacks: list[Stack] = [stateful, network, serving]
+    stacks: list[Stack] = [stateful, network, cache, serving]
     for index, members in shards(dep).items():
         shard = AdapterShardStack(
             app, f"{p}-adapters-{index:02d}", dep=dep, members=members, env=env
@@ -84,6 +149,14 @@ def build(app: App, dep: Deployment) -> list[Stack]:
             serving, "adapter components need the endpoint and base component"
         )
         stacks.append(shard)
+    router = RouterStack(
+        app, f"{p}-router", dep=dep, stateful=stateful, network=network, cache=cache, env=env
+    )
+    router.add_stack_dependency(serving, "the router invokes the endpoint")
+    observability = ObservabilityStack(app, f"{p}-observability", dep=dep, env=env)
+    observability.add_stack_dependency(router, "alarms watch the router's API and function")
+    observability.add_stack_dependency(serving, "a metric filter reads the endpoint log group")
+    stacks += [router, observability]
     for stack in stacks:
         for key, value in (("project", "lora-fleet"), ("environment", dep.env.name)):
             # Adapter components carry exactly the four properties of the adapter contract.

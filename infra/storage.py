@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -28,6 +29,21 @@ class Storage(Construct):
             enable_key_rotation=True,
             removal_policy=removal,
         )
+        stack = Stack.of(self)
+        # CloudWatch Logs encrypts this account's log groups (endpoint, router, API, WAF) with
+        # the key; the condition limits that to log groups of this account and region.
+        self.key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchLogsOfThisAccount",
+                principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
+                actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*",
+                         "kms:GenerateDataKey*", "kms:Describe*"],
+                resources=["*"],
+                conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn": stack.format_arn(
+                    service="logs", resource="log-group", resource_name="*",
+                    arn_format=ArnFormat.COLON_RESOURCE_NAME)}},
+            )
+        )  # fmt: skip
         self.access_logs = s3.Bucket(
             self,
             "AccessLogs",

@@ -1,0 +1,127 @@
+"""The router's Lambda code asset, built without Docker.
+
+CDK's Python bundling runs pip inside a Docker image; this machine class (and many CI runners)
+has no Docker engine. pip itself can install wheels for another platform (``--platform
+--python-version --only-binary``), so the build step here fills a directory with
+``lambda_proxy`` (source files only), its pinned dependencies for the Lambda runtime's platform,
+and the routing table generated from the catalog. The asset hash is computed from the inputs
+(requirements, platform, source, routing table), so a synth is reproducible byte for byte in its
+template and the dependency install runs once per requirements change, not once per synth.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "lambda_proxy"
+REQUIREMENTS = SOURCE / "requirements.txt"
+BUILD = Path(os.environ.get("LORA_FLEET_BUILD_DIR", ROOT / "build"))
+
+#: The Lambda platform the wheels are chosen for; infra/router.py uses the same pair.
+PYTHON_VERSION = "3.14"
+PLATFORM = "manylinux2014_aarch64"
+ROUTING_TABLE_FILE = "routing_table.json"
+
+
+class BundleError(RuntimeError):
+    pass
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def _sources() -> list[Path]:
+    return sorted(p for p in SOURCE.glob("*.py") if p.is_file())
+
+
+def table_bytes(routing_table: dict[str, Any]) -> bytes:
+    return json.dumps(routing_table, indent=1, sort_keys=True).encode()
+
+
+def dependencies() -> Path:
+    """The pinned dependencies installed for the Lambda platform, cached by their inputs."""
+    key = _digest(REQUIREMENTS.read_bytes(), PLATFORM.encode(), PYTHON_VERSION.encode())[:16]
+    target = BUILD / "router-deps" / key
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    print(
+        f"router bundle: installing {REQUIREMENTS.name} for {PLATFORM} / CPython "
+        f"{PYTHON_VERSION} into {target} (once per requirements change)",
+        file=sys.stderr,
+    )
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+    cmd = [
+        sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+        "--no-compile", "--target", str(staging), "--platform", PLATFORM,
+        "--implementation", "cp", "--python-version", PYTHON_VERSION,
+        "--only-binary=:all:", "-r", str(REQUIREMENTS),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise BundleError(
+            f"could not install the router's dependencies for {PLATFORM}:\n{proc.stderr[-2000:]}"
+        )
+    for junk in ("bin",):
+        shutil.rmtree(staging / junk, ignore_errors=True)
+    try:
+        staging.rename(target)
+    except OSError:  # another synth finished first; its result is identical
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def router_bundle(routing_table: dict[str, Any]) -> tuple[Path, str]:
+    """Directory holding the Lambda's code, and the asset hash that names it."""
+    table = table_bytes(routing_table)
+    parts = [REQUIREMENTS.read_bytes(), PLATFORM.encode(), PYTHON_VERSION.encode(), table]
+    for path in _sources():
+        parts += [path.name.encode(), path.read_bytes()]
+    asset_hash = _digest(*parts)
+    out = BUILD / "router" / asset_hash[:20]
+    if out.is_dir():
+        return out, asset_hash
+    deps = dependencies()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
+    shutil.copytree(deps, staging, dirs_exist_ok=True)
+    package = staging / "lambda_proxy"
+    package.mkdir()
+    for path in _sources():
+        shutil.copy2(path, package / path.name)
+    (package / ROUTING_TABLE_FILE).write_bytes(table)
+    try:
+        staging.rename(out)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+    _prune(out.parent, keep=KEEP_BUNDLES)
+    return out, asset_hash
+
+
+#: Bundles kept in build/router (each catalog change makes one; CDK copies it into cdk.out).
+KEEP_BUNDLES = 8
+
+
+def _prune(directory: Path, keep: int) -> None:
+    bundles = sorted(
+        (p for p in directory.iterdir() if p.is_dir() and not p.name.startswith(".")),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for old in bundles[keep:]:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,183 @@
+"""One dashboard and the alarms for an environment, built from names, never from exports.
+
+Per-adapter panels use CloudWatch SEARCH expressions over the ``InferenceComponentName``
+dimension, so the dashboard has the same size for 7 adapters or 1,000 and adding an adapter
+changes nothing here. Adapter load latency comes from the runtime's JSON trace lines (one per
+promotion) through a metric filter on the endpoint's log group.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from config import Deployment
+from infra.serving import endpoint_log_group_name
+
+NAMESPACE = "LoraFleet"
+ROUTER_SERVICE = "lora-router"
+PERIOD = Duration.minutes(5)
+
+
+class Observability(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        dep: Deployment,
+        api_name: str,
+        stage: str,
+        function_name: str,
+    ) -> None:
+        super().__init__(scope, id)
+        env, o = dep.env, dep.env.observability
+        removal = RemovalPolicy.RETAIN if env.deletion_protection else RemovalPolicy.DESTROY
+        api = {"ApiName": api_name, "Stage": stage}
+        prefix = env.prefix
+
+        # The topic's own key: CloudWatch must be allowed to use it, and that grant belongs here.
+        self.key = kms.Key(
+            self, "AlarmKey", description=f"{prefix}: alarm topic", enable_key_rotation=True,
+            removal_policy=removal,
+        )  # fmt: skip
+        self.key.grant(
+            iam.ServicePrincipal("cloudwatch.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*"
+        )
+        self.topic = sns.Topic(
+            self, "Alarms", display_name=f"{prefix} alarms", master_key=self.key, enforce_ssl=True
+        )
+
+        endpoint_logs = logs.LogGroup.from_log_group_name(
+            self, "EndpointLogs", endpoint_log_group_name(dep.endpoint_name)
+        )
+        logs.MetricFilter(
+            self,
+            "AdapterLoadLatency",
+            log_group=endpoint_logs,
+            filter_pattern=logs.FilterPattern.string_value("$.event", "=", "adapter_promote"),
+            metric_namespace=NAMESPACE,
+            metric_name="AdapterLoadLatency",
+            metric_value="$.latency_ms",
+            dimensions={"Endpoint": dep.endpoint_name, "Source": "$.source"},
+            unit=cw.Unit.MILLISECONDS,
+        )
+        logs.MetricFilter(
+            self,
+            "AdapterEvictions",
+            log_group=endpoint_logs,
+            filter_pattern=logs.FilterPattern.string_value("$.event", "=", "adapter_evict"),
+            metric_namespace=NAMESPACE,
+            metric_name="AdapterEvictions",
+            metric_value="1",
+            dimensions={"Endpoint": dep.endpoint_name, "Source": "$.source"},
+        )
+
+        def gw(name: str, stat: str) -> cw.Metric:
+            return cw.Metric(namespace="AWS/ApiGateway", metric_name=name, dimensions_map=api,
+                             statistic=stat, period=PERIOD)  # fmt: skip
+
+        def per_adapter(metric: str, stat: str, label: str) -> cw.MathExpression:
+            return cw.MathExpression(
+                expression=(
+                    "SEARCH('{AWS/SageMaker,InferenceComponentName} MetricName=\"" + metric
+                    + "\" InferenceComponentName=\"" + prefix + "-\"', '" + stat + "', 300)"
+                ),
+                label=label,
+                period=PERIOD,
+            )  # fmt: skip
+
+        def router(name: str) -> cw.Metric:
+            return cw.Metric(namespace=NAMESPACE, metric_name=name, statistic="Sum",
+                             dimensions_map={"service": ROUTER_SERVICE}, period=PERIOD)  # fmt: skip
+
+        hit_rate = cw.MathExpression(
+            expression="100 * hit / (hit + miss)",
+            using_metrics={"hit": router("CacheHit"), "miss": router("CacheMiss")},
+            label="cache hit rate (%)",
+            period=PERIOD,
+        )
+        load = [
+            cw.Metric(namespace=NAMESPACE, metric_name="AdapterLoadLatency", statistic="p99",
+                      dimensions_map={"Endpoint": dep.endpoint_name, "Source": source},
+                      label=f"from {source}", period=PERIOD)
+            for source in ("host", "disk")
+        ]  # fmt: skip
+        gpu_memory = cw.Metric(
+            namespace="/aws/sagemaker/InferenceComponents",
+            metric_name="GPUMemoryUtilizationNormalized",
+            dimensions_map={"InferenceComponentName": dep.base_component_name},
+            statistic="Maximum",
+            period=PERIOD,
+        )
+        self.dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=f"{prefix}-lora-fleet")
+        self.dashboard.add_widgets(
+            cw.GraphWidget(title="Router requests and errors", width=12,
+                           left=[gw("Count", "Sum"), gw("4XXError", "Sum"), gw("5XXError", "Sum")]),
+            cw.GraphWidget(title="Router latency (ms)", width=12,
+                           left=[gw("Latency", "p50"), gw("Latency", "p99")]),
+        )  # fmt: skip
+        self.dashboard.add_widgets(
+            cw.GraphWidget(title="Invocations per adapter", width=8,
+                           left=[per_adapter("Invocations", "Sum", "invocations")]),
+            cw.GraphWidget(title="Errors per adapter", width=8,
+                           left=[per_adapter("Invocation5XXErrors", "Sum", "5xx"),
+                                 per_adapter("Invocation4XXErrors", "Sum", "4xx")]),
+            cw.GraphWidget(title="Model latency per adapter, p99 (µs)", width=8,
+                           left=[per_adapter("ModelLatency", "p99", "p99")]),
+        )  # fmt: skip
+        self.dashboard.add_widgets(
+            cw.GraphWidget(title="Adapter load latency, p99 (ms)", width=8, left=load),
+            cw.GraphWidget(title="Response cache hit rate (%)", width=8, left=[hit_rate]),
+            cw.GraphWidget(title="Base component GPU memory (%)", width=8, left=[gpu_memory]),
+        )  # fmt: skip
+
+        action = cw_actions.SnsAction(self.topic)
+        alarms = {
+            "Router5xx": gw("5XXError", "Sum").create_alarm(
+                self, "Router5xxAlarm", alarm_name=f"{prefix}-router-5xx",
+                threshold=o.error_alarm_5xx_per_5min, evaluation_periods=1,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                alarm_description="Router answered 5xx (SageMaker errors, timeouts, crashes).",
+            ),
+            "RouterLatency": gw("Latency", "p99").create_alarm(
+                self, "RouterLatencyAlarm", alarm_name=f"{prefix}-router-latency-p99",
+                threshold=o.latency_alarm_p99_ms, evaluation_periods=3, datapoints_to_alarm=2,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                alarm_description="Router p99 latency over the environment's threshold.",
+            ),
+            "Endpoint5xx": cw.Metric(
+                namespace="AWS/SageMaker", metric_name="Invocation5XXErrors", statistic="Sum",
+                dimensions_map={"EndpointName": dep.endpoint_name, "VariantName": "AllTraffic"},
+                period=PERIOD,
+            ).create_alarm(
+                self, "Endpoint5xxAlarm", alarm_name=f"{prefix}-endpoint-5xx",
+                threshold=o.error_alarm_5xx_per_5min, evaluation_periods=1,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                alarm_description="The endpoint's container answered 5xx.",
+            ),
+            "RouterErrors": cw.Metric(
+                namespace="AWS/Lambda", metric_name="Errors", statistic="Sum",
+                dimensions_map={"FunctionName": function_name}, period=PERIOD,
+            ).create_alarm(
+                self, "RouterErrorsAlarm", alarm_name=f"{prefix}-router-errors",
+                threshold=1, evaluation_periods=1,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                alarm_description="The router function raised (its handler catches every "
+                "request error, so any is a bug).",
+            ),
+        }  # fmt: skip
+        for alarm in alarms.values():
+            alarm.add_alarm_action(action)
+            alarm.add_ok_action(action)
+        self.alarms = alarms

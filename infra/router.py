@@ -1,0 +1,390 @@
+"""The router: the Lambda (in the VPC) behind API Gateway REST with IAM auth and WAF.
+
+The function's code is the directory ``infra/bundle.py`` builds (no Docker); it ships the routing
+table generated from the catalog. Requests reach a ``live`` alias so provisioned concurrency,
+when an environment asks for it, keeps warm exactly the version the API calls.
+"""
+
+from __future__ import annotations
+
+import re
+
+from aws_cdk import ArnFormat, AssetHashType, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_wafv2 as wafv2
+from constructs import Construct
+
+from config import Deployment
+from infra.bundle import router_bundle
+from infra.nag import acknowledge
+from infra.network import retention
+
+STAGE = "live"
+_ACCOUNT_IN_ARN = re.compile(r"^arn:aws[a-z-]*:(?:iam|sts)::(\d{12}):")
+
+#: A coarse gateway-level check; the Lambda's pydantic schema is the precise one (bounds from
+#: the environment file). Rejecting non-objects and unknown top-level keys here saves a Lambda
+#: invocation for the commonest client mistakes.
+REQUEST_SCHEMA = apigw.JsonSchema(
+    schema=apigw.JsonSchemaVersion.DRAFT4,
+    title="GenerateRequest",
+    type=apigw.JsonSchemaType.OBJECT,
+    additional_properties=False,
+    properties={
+        "inputs": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING, min_length=1),
+        "messages": apigw.JsonSchema(
+            type=apigw.JsonSchemaType.ARRAY,
+            min_items=1,
+            max_items=64,
+            items=apigw.JsonSchema(type=apigw.JsonSchemaType.OBJECT),
+        ),
+        "parameters": apigw.JsonSchema(type=apigw.JsonSchemaType.OBJECT),
+        "stream": apigw.JsonSchema(type=apigw.JsonSchemaType.BOOLEAN),
+    },
+)
+
+
+def caller_accounts(dep: Deployment) -> list[str]:
+    """Accounts of the principals the catalog names, for the API's resource policy."""
+    accounts = set()
+    for a in dep.adapters:
+        for arn in a.entry.allow.principals:
+            if m := _ACCOUNT_IN_ARN.match(arn):
+                accounts.add(m.group(1))
+    return sorted(accounts)
+
+
+class Router(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        dep: Deployment,
+        vpc: ec2.IVpc,
+        subnets: ec2.SubnetSelection,
+        security_group: ec2.ISecurityGroup,
+        key: kms.IKey,
+        cache_url: str,
+        cache_secret_arn: str,
+    ) -> None:
+        super().__init__(scope, id)
+        env, r = dep.env, dep.env.router
+        stack = Stack.of(self)
+        removal = RemovalPolicy.RETAIN if env.deletion_protection else RemovalPolicy.DESTROY
+        keep = retention(env.observability.log_retention_days)
+        self.function_name = f"{env.prefix}-router"
+
+        self.log_group = logs.LogGroup(
+            self, "FunctionLogs", log_group_name=f"/aws/lambda/{self.function_name}",
+            retention=keep, encryption_key=key, removal_policy=removal,
+        )  # fmt: skip
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"{env.prefix}: router Lambda",
+        )
+        self.policy = router_policy(
+            self, stack, dep, key=key, log_group=self.log_group, secret_arn=cache_secret_arn
+        )
+        self.role.add_managed_policy(self.policy)
+
+        code_dir, code_hash = router_bundle(dep.routing_table())
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            function_name=self.function_name,
+            description=f"{env.prefix}: routes adapter requests to {dep.endpoint_name}",
+            runtime=lambda_.Runtime.PYTHON_3_14,
+            architecture=lambda_.Architecture.ARM_64,
+            handler="lambda_proxy.handler.handler",
+            code=lambda_.Code.from_asset(str(code_dir), asset_hash=code_hash,
+                                         asset_hash_type=AssetHashType.CUSTOM),
+            # Every permission the function needs is in the managed policy above; CDK's own
+            # additions (X-Ray for tracing) would land in an inline policy, so they are refused.
+            role=self.role.without_policy_updates(),
+            memory_size=r.memory_mb,
+            timeout=Duration.seconds(r.timeout_s),
+            vpc=vpc,
+            vpc_subnets=subnets,
+            security_groups=[security_group],
+            log_group=self.log_group,
+            tracing=lambda_.Tracing.ACTIVE,
+            environment_encryption=key,
+            reserved_concurrent_executions=r.reserved_concurrency,
+            environment={
+                "POWERTOOLS_SERVICE_NAME": "lora-router",
+                "POWERTOOLS_METRICS_NAMESPACE": "LoraFleet",
+                "POWERTOOLS_LOG_LEVEL": "INFO",
+                "REDIS_URL": cache_url,
+                "REDIS_SECRET_ARN": cache_secret_arn,
+                "CACHE_TTL_HOURS": str(env.cache.ttl_hours),
+                "INVOKE_DEADLINE_S": str(r.invoke_deadline_s),
+                "MAX_NEW_TOKENS_CAP": str(r.max_new_tokens_cap),
+                "MAX_STOP_SEQUENCES": str(r.max_stop_sequences),
+                "MAX_BODY_BYTES": str(r.max_body_bytes),
+            },
+        )  # fmt: skip
+        self.function.node.add_dependency(self.policy)
+        for finding in ("HIPAA.Security-LambdaDLQ", "NIST.800.53.R5-LambdaDLQ"):
+            acknowledge(
+                self.function,
+                finding,
+                "Invoked synchronously by API Gateway only; a dead-letter queue applies to "
+                "asynchronous invocations, and failures are returned to the caller.",
+            )
+        self.alias = lambda_.Alias(
+            self,
+            "Live",
+            alias_name=STAGE,
+            version=self.function.current_version,
+            provisioned_concurrent_executions=r.provisioned_concurrency or None,
+        )
+
+        self.access_logs = logs.LogGroup(
+            self, "AccessLogs", retention=keep, encryption_key=key, removal_policy=removal
+        )
+        accounts = [stack.account, *caller_accounts(dep)]
+        self.api = apigw.RestApi(
+            self,
+            "Api",
+            rest_api_name=f"{env.prefix}-router",
+            description=f"{env.prefix}: adapter requests, IAM-signed",
+            endpoint_types=[apigw.EndpointType.REGIONAL],
+            cloud_watch_role=True,
+            cloud_watch_role_removal_policy=removal,
+            policy=iam.PolicyDocument(
+                statements=[
+                    iam.PolicyStatement(
+                        actions=["execute-api:Invoke"],
+                        principals=[iam.AccountPrincipal(a) for a in dict.fromkeys(accounts)],
+                        resources=["execute-api:/*"],
+                    )
+                ]
+            ),
+            deploy_options=apigw.StageOptions(
+                stage_name=STAGE,
+                throttling_rate_limit=r.throttle_rate,
+                throttling_burst_limit=r.throttle_burst,
+                access_log_destination=apigw.LogGroupLogDestination(self.access_logs),
+                access_log_format=apigw.AccessLogFormat.json_with_standard_fields(
+                    caller=True, http_method=True, ip=True, protocol=True,
+                    request_time=True, resource_path=True, response_length=True,
+                    status=True, user=True,
+                ),
+                logging_level=apigw.MethodLoggingLevel.ERROR,
+                # Bodies carry user text (PII); execution logs keep errors, never payloads.
+                data_trace_enabled=False,
+                metrics_enabled=True,
+                tracing_enabled=True,
+            ),
+            default_method_options=apigw.MethodOptions(
+                authorization_type=apigw.AuthorizationType.IAM
+            ),
+        )  # fmt: skip
+        acknowledge(
+            self.api,
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+            "AmazonAPIGatewayPushToCloudWatchLogs]",
+            "The account-level role API Gateway needs for execution logs; AWS documents this "
+            "managed policy as its permission set, and it writes only API Gateway log groups.",
+        )
+        for finding in ("AwsSolutions-COG4",):
+            acknowledge(
+                self.api,
+                finding,
+                "Callers are AWS principals (services and roles of the platform's users) that "
+                "sign with SigV4; every method uses AWS_IAM authorization, not Cognito.",
+            )
+        for finding in (
+            "HIPAA.Security-APIGWCacheEnabledAndEncrypted",
+            "NIST.800.53.R5-APIGWCacheEnabledAndEncrypted",
+        ):
+            acknowledge(
+                self.api,
+                finding,
+                "Responses are cached per adapter version in the encrypted ElastiCache group, "
+                "keyed on the normalized request; the stage cache cannot key on adapter "
+                "version or skip sampled requests.",
+            )
+        for finding in ("HIPAA.Security-APIGWSSLEnabled", "NIST.800.53.R5-APIGWSSLEnabled"):
+            acknowledge(
+                self.api,
+                finding,
+                "A client certificate authenticates API Gateway to an HTTP backend; this API's "
+                "only backend is a Lambda proxy integration, called over AWS's signed API.",
+            )
+
+        validator = self.api.add_request_validator(
+            "Body", validate_request_body=True, validate_request_parameters=True
+        )
+        model = self.api.add_model("GenerateRequest", content_type="application/json",
+                                   schema=REQUEST_SCHEMA)  # fmt: skip
+        integration = apigw.LambdaIntegration(
+            self.alias, proxy=True, timeout=Duration.seconds(r.gateway_timeout_s)
+        )
+        self.api.root.add_resource("health").add_method(
+            "GET", integration, request_validator=validator
+        )
+        adapters = self.api.root.add_resource("v1").add_resource("adapters")
+        adapters.add_method("GET", integration, request_validator=validator)
+        adapters.add_resource("{adapter}").add_resource("generate").add_method(
+            "POST",
+            integration,
+            request_validator=validator,
+            request_models={"application/json": model},
+            request_parameters={"method.request.path.adapter": True},
+        )
+        self.url = self.api.url_for_path("/")
+
+        self.waf_logs = logs.LogGroup(
+            self, "WafLogs", log_group_name=f"aws-waf-logs-{env.prefix}-router",
+            retention=keep, encryption_key=key, removal_policy=removal,
+        )  # fmt: skip
+        self.web_acl = web_acl(self, env.prefix, r.waf_rate_limit_per_5min)
+        wafv2.CfnWebACLAssociation(
+            self,
+            "WafAssociation",
+            resource_arn=self.api.deployment_stage.stage_arn,
+            web_acl_arn=self.web_acl.attr_arn,
+        )
+        wafv2.CfnLoggingConfiguration(
+            self,
+            "WafLogging",
+            resource_arn=self.web_acl.attr_arn,
+            log_destination_configs=[
+                stack.format_arn(
+                    service="logs",
+                    resource="log-group",
+                    resource_name=self.waf_logs.log_group_name,
+                    arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                )
+            ],
+        )
+
+
+def web_acl(scope: Construct, prefix: str, rate_limit: int) -> wafv2.CfnWebACL:
+    """Per-IP rate limit plus AWS's known-bad-inputs rules in front of the signed API.
+
+    AWS's common rule set is left out on purpose: its SizeRestrictions_BODY rule blocks bodies
+    over 8 KB, and adapter prompts (a page of clinical notes) are routinely larger.
+    """
+
+    def visibility(name: str) -> wafv2.CfnWebACL.VisibilityConfigProperty:
+        return wafv2.CfnWebACL.VisibilityConfigProperty(
+            cloud_watch_metrics_enabled=True, metric_name=name, sampled_requests_enabled=False
+        )
+
+    return wafv2.CfnWebACL(
+        scope,
+        "WebAcl",
+        name=f"{prefix}-router",
+        scope="REGIONAL",
+        default_action=wafv2.CfnWebACL.DefaultActionProperty(allow={}),
+        visibility_config=visibility(f"{prefix}-router"),
+        rules=[
+            wafv2.CfnWebACL.RuleProperty(
+                name="RatePerIp",
+                priority=0,
+                action=wafv2.CfnWebACL.RuleActionProperty(block={}),
+                statement=wafv2.CfnWebACL.StatementProperty(
+                    rate_based_statement=wafv2.CfnWebACL.RateBasedStatementProperty(
+                        limit=rate_limit, aggregate_key_type="IP"
+                    )
+                ),
+                visibility_config=visibility("RatePerIp"),
+            ),
+            wafv2.CfnWebACL.RuleProperty(
+                name="KnownBadInputs",
+                priority=1,
+                override_action=wafv2.CfnWebACL.OverrideActionProperty(none={}),
+                statement=wafv2.CfnWebACL.StatementProperty(
+                    managed_rule_group_statement=wafv2.CfnWebACL.ManagedRuleGroupStatementProperty(
+                        vendor_name="AWS", name="AWSManagedRulesKnownBadInputsRuleSet"
+                    )
+                ),
+                visibility_config=visibility("KnownBadInputs"),
+            ),
+        ],
+    )
+
+
+def router_policy(
+    scope: Construct,
+    stack: Stack,
+    dep: Deployment,
+    *,
+    key: kms.IKey,
+    log_group: logs.ILogGroup,
+    secret_arn: str,
+) -> iam.ManagedPolicy:
+    """Invoke this endpoint and its components; read the cache secret; write its own logs."""
+    region = stack.region
+
+    def sagemaker(resource: str, name: str) -> str:
+        return stack.format_arn(service="sagemaker", resource=resource, resource_name=name)
+
+    component_pattern = sagemaker("inference-component", f"{dep.env.prefix}-*")
+    policy = iam.ManagedPolicy(
+        scope,
+        "Policy",
+        statements=[
+            iam.PolicyStatement(
+                sid="InvokeThisEndpointAndItsComponents",
+                actions=["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"],
+                resources=[sagemaker("endpoint", dep.endpoint_name), component_pattern],
+            ),
+            iam.PolicyStatement(
+                sid="ReadCacheToken",
+                actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
+                resources=[secret_arn],
+            ),
+            iam.PolicyStatement(
+                sid="DecryptCacheTokenAndEnvironment",
+                actions=["kms:Decrypt"],
+                resources=[key.key_arn],
+            ),
+            iam.PolicyStatement(
+                sid="OwnLogs",
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                resources=[log_group.log_group_arn],
+            ),
+            iam.PolicyStatement(
+                sid="Tracing",
+                actions=["xray:PutTraceSegments", "xray:PutTelemetryRecords"],
+                resources=["*"],
+            ),
+            iam.PolicyStatement(
+                sid="VpcNetworkInterfaces",
+                actions=[
+                    "ec2:CreateNetworkInterface",
+                    "ec2:DescribeNetworkInterfaces",
+                    "ec2:DeleteNetworkInterface",
+                    "ec2:AssignPrivateIpAddresses",
+                    "ec2:UnassignPrivateIpAddresses",
+                ],
+                resources=["*"],
+                conditions={"StringEquals": {"aws:RequestedRegion": region}},
+            ),
+        ],
+    )
+    acknowledge(
+        policy,
+        "AwsSolutions-IAM5[Resource::*]",
+        "X-Ray's PutTraceSegments/PutTelemetryRecords and the ENI calls Lambda makes for a VPC "
+        "function have no resource-level form; the ENI calls are limited to this region.",
+    )
+    acknowledge(
+        policy,
+        f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sagemaker:{region}:<AWS::AccountId>:"
+        f"inference-component/{dep.env.prefix}-*]",
+        "The endpoint's inference components: one per catalog entry, all named with this "
+        "environment's prefix, added by committing an entry without touching this role.",
+    )
+    return policy

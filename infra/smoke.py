@@ -1,0 +1,153 @@
+"""``python -m infra.smoke --env NAME``: invoke every adapter once through the deployed router.
+
+An adapter inference component reports InService even when the container refused to register
+its artifact, so a deploy is checked by calling each adapter: one SigV4-signed request per
+catalog entry to ``POST /v1/adapters/NAME/generate``, sampled (so the response cache cannot
+answer for the component), printing status, latency and the component that served it. Exit 1
+when any adapter fails or is served by another component than its own.
+
+The router's URL comes from the ``RouterUrl`` output of the ``PREFIX-router`` stack, or
+``--url`` (which also points the check at the local platform's gateway).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from config import (
+    CATALOG_PATH,
+    ENVIRONMENTS_DIR,
+    TASK_PROFILES,
+    CatalogError,
+    Deployment,
+    load_deployment,
+)
+
+SMOKE_INPUT = "smoke test: reply with a few words"
+
+
+@dataclass
+class Result:
+    adapter: str
+    component: str
+    status: int
+    ms: float
+    served_by: str | None
+    detail: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200 and self.served_by in (None, self.component)
+
+
+def router_url(dep: Deployment) -> str:
+    import boto3
+
+    stack = f"{dep.env.prefix}-router"
+    cfn = boto3.client("cloudformation", region_name=dep.env.region)
+    outputs = cfn.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])
+    for o in outputs:
+        if o["OutputKey"].startswith("RouterUrl"):
+            return o["OutputValue"]
+    raise SystemExit(f"stack {stack} has no RouterUrl output; is the router deployed?")
+
+
+def _signed(url: str, body: bytes, region: str) -> urllib.request.Request:
+    """A request signed for execute-api with the caller's credentials (none: unsigned)."""
+    headers = {"Content-Type": "application/json"}
+    import boto3
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    credentials = boto3.Session().get_credentials()
+    if credentials is not None:
+        aws = AWSRequest(method="POST", url=url, data=body, headers=headers)
+        SigV4Auth(credentials.get_frozen_credentials(), "execute-api", region).add_auth(aws)
+        headers = dict(aws.headers.items())
+    return urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310
+
+
+def invoke_all(dep: Deployment, url: str, timeout_s: float = 60.0) -> list[Result]:
+    base = url.rstrip("/")
+    if not base.startswith(("https://", "http://")):
+        raise SystemExit(f"router URL {url!r} is not http(s)")
+    results = []
+    for a in dep.adapters:
+        body = json.dumps({
+            "messages": [{"role": "system", "content": TASK_PROFILES[a.entry.task].instruction},
+                         {"role": "user", "content": SMOKE_INPUT}],
+            # Sampled, so the router bypasses its cache and the component itself answers.
+            "parameters": {"max_new_tokens": 8, "do_sample": True, "temperature": 0.7,
+                           "seed": 7},
+        }).encode()  # fmt: skip
+        req = _signed(f"{base}/v1/adapters/{a.name}/generate", body, dep.env.region)
+        t0 = time.perf_counter()
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            status, raw = exc.code, exc.read()
+        except (urllib.error.URLError, TimeoutError) as exc:
+            status, raw = 0, json.dumps({"error": str(exc)}).encode()
+        ms = (time.perf_counter() - t0) * 1000
+        try:
+            answer: dict[str, Any] = json.loads(raw)
+        except ValueError:
+            answer = {"error": raw[:200].decode(errors="replace")}
+        detail = (
+            (answer.get("output") or "")
+            if status == 200
+            else str(answer.get("error") or answer.get("message") or answer)
+        )
+        results.append(Result(a.name, a.component_name, status, ms, answer.get("served_by"),
+                              " ".join(detail.split())[:60]))  # fmt: skip
+    return results
+
+
+def render(results: list[Result]) -> str:
+    width = max([len(r.adapter) for r in results] + [7])
+    lines = [f"{'adapter':<{width}}  status  latency    served by / detail"]
+    for r in results:
+        mark = "ok " if r.ok else "FAIL"
+        served = r.served_by or "-"
+        if r.status == 200 and not r.ok:
+            served += f" (expected {r.component})"
+        lines.append(f"{r.adapter:<{width}}  {r.status:<6}  {r.ms:>7.0f} ms  {mark} {served}  "
+                     f"{r.detail!r}")  # fmt: skip
+    failed = [r for r in results if not r.ok]
+    lines.append(f"{len(results) - len(failed)}/{len(results)} adapters answered from their own "
+                 "component")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m infra.smoke", description=__doc__)
+    ap.add_argument("--env", default="dev")
+    ap.add_argument("--url", help="router base URL (default: the router stack's RouterUrl)")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
+    ap.add_argument("--catalog", type=Path, default=CATALOG_PATH)
+    ap.add_argument("--environments-dir", type=Path, default=ENVIRONMENTS_DIR)
+    args = ap.parse_args(argv)
+    try:
+        dep = load_deployment(args.env, args.catalog, args.environments_dir)
+    except CatalogError as exc:
+        print(f"catalog error:\n{exc}", file=sys.stderr)
+        return 1
+    if not dep.adapters:
+        print(f"{args.env}: no adapters in the catalog")
+        return 0
+    results = invoke_all(dep, args.url or router_url(dep), args.timeout)
+    print(render(results))
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
