@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 CDK := npx --no-install cdk
 
-.PHONY: setup up down synth diff snapshot test lint bench check plan
+.PHONY: setup up down synth diff snapshot smoke test lint bench check plan
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -18,12 +18,11 @@ setup: $(PY)  ## virtual environment, the project with every extra, the CDK CLI
 	$(PY) -m pip install --quiet -e '.[dev]'
 	npm ci --no-audit --no-fund --silent
 
-up: setup  ## main job: until the local platform lands, synth of the dev environment
-	$(PY) -m config check --env $(ENV)
-	$(CDK) synth -c env=$(ENV) -q && ls cdk.out/*.template.json
+up: setup  ## main job: the whole platform on this machine (base, adapters, servers, playground, tour)
+	$(PY) -m local up
 
-down:  ## stop what `make up` started (nothing runs in the background yet)
-	@echo "nothing to stop"
+down:  ## stop what `make up` started
+	$(PY) -m local down
 
 synth: $(PY)  ## synth one environment with the cdk-nag packs: make synth ENV=prod
 	$(CDK) synth -c env=$(ENV) -q
@@ -41,13 +40,18 @@ lint: $(PY)
 test: setup  ## the test suite (what .ci/run runs after lint)
 	$(PY) -m pytest -q
 
-diff:  ## reserved: offline template diff against the committed snapshot (infrastructure issue)
-	@echo "template snapshots are not committed yet"; exit 2
+diff: $(PY)  ## offline template diff against the committed snapshot + catalog change summary: make diff ENV=prod
+	$(PY) -m infra.changes --env $(ENV) || true
+	$(PY) -m infra.snapshots check --env $(ENV)
 
-snapshot:  ## reserved: update committed template snapshots (infrastructure issue)
-	@echo "template snapshots are not committed yet"; exit 2
+snapshot: $(PY)  ## re-synth every deployable environment into infra/snapshots/ (review, then commit)
+	$(PY) -m infra.snapshots update
+
+smoke: $(PY)  ## invoke every adapter once through the deployed router: make smoke ENV=prod [URL=...]
+	$(PY) -m infra.smoke --env $(ENV) $(if $(URL),--url $(URL),)
 
 bench: setup  ## benchmarks (each prints a table and writes benchmarks/RESULTS.md)
 	$(PY) benchmarks/serving.py
 	$(PY) benchmarks/router.py
+	$(PY) benchmarks/synth_scale.py
 	$(PY) -m training.train_all

@@ -25,11 +25,11 @@ from typing import Any
 import torch
 
 from runtime.adapters import AdapterError, BaseIdentity
-from runtime.cache import AdapterCache, CapacityError, Record
+from runtime.cache import AdapterCache, CapacityError, Record, cuda_memory
 from runtime.compat import verify_tokenizer
 from runtime.lora import BatchContext, inject
 from runtime.settings import Settings
-from runtime.telemetry import Telemetry
+from runtime.telemetry import Telemetry, host_rss_bytes, host_total_bytes
 
 log = logging.getLogger("runtime.engine")
 
@@ -198,6 +198,29 @@ class Engine:
             self._thread.join(timeout=10)
 
     # ------------------------------------------------------------------ requests
+    def memory(self) -> dict[str, Any]:
+        """Device and host memory for telemetry; on a CPU the host is the device.
+
+        Without an accelerator the device figure is what the base and the resident adapters
+        hold (parameters and slots), against the machine's memory.
+        """
+        probe = cuda_memory()
+        if probe is not None:
+            used, total = probe
+        else:
+            weights = sum(t.numel() * t.element_size() for t in self.model.parameters())
+            slots = sum(r.nbytes for r in self.cache.records.values() if r.slot is not None)
+            used, total = weights + slots, host_total_bytes()
+        self.telemetry.device_memory.labels("used").set(used)
+        self.telemetry.device_memory.labels("total").set(total)
+        return {
+            "device": self.base_info.get("device", "cpu"),
+            "device_used_bytes": used,
+            "device_total_bytes": total,
+            "host_rss_bytes": host_rss_bytes(),
+            "host_total_bytes": host_total_bytes(),
+        }
+
     def encode(self, inputs: str | None, messages: list[dict[str, str]] | None) -> list[int]:
         if messages is not None:
             ids = self.tokenizer.apply_chat_template(

@@ -205,11 +205,14 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
                 "max_loras": s.max_loras,
                 "max_cpu_loras": s.max_cpu_loras,
                 "base": engine.base_info,
+                "memory": engine.memory(),
             }
         )
 
     @app.get("/metrics")
     async def metrics() -> Response:
+        if engine.ready.is_set():
+            engine.memory()  # refreshes the device-memory gauges
         return PlainTextResponse(tel.render(), media_type="text/plain; version=0.0.4")
 
     @app.get("/trace")

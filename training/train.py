@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
+from transformers import PrinterCallback, TrainerCallback
 
-from config import TARGET_MODULES, load_deployment
+from config import CATALOG_PATH, ENVIRONMENTS_DIR, TARGET_MODULES, load_deployment
 from config.compat import tokenizer_sha256
 from training import datasets
 from training.evaluate import compare
@@ -61,6 +61,8 @@ def train(
     max_steps: int | None = None,
     dataset_size: int = datasets.DEFAULT_SIZE,
     batch_size: int = 16,
+    catalog: Path | None = None,
+    environments_dir: Path | None = None,
     log=print,
 ) -> TrainResult:
     import torch
@@ -70,7 +72,7 @@ def train(
     from trl import SFTConfig, SFTTrainer
 
     t0 = time.perf_counter()
-    dep = load_deployment(env)
+    dep = load_deployment(env, catalog or CATALOG_PATH, environments_dir or ENVIRONMENTS_DIR)
     entry = dep.adapter(adapter).entry
     profile = entry.profile()
     split = datasets.load(entry.dataset or entry.task, entry.dataset_seed, dataset_size)
@@ -159,6 +161,8 @@ def train(
             _Progress(adapter, log),
         ],
     )
+    # The trainer's own per-log dict printer; _Progress reports evaluations in one line each.
+    trainer.remove_callback(PrinterCallback)
     mode = "bf16" if prec["bf16"] else "fp16" if prec["fp16"] else "fp32"
     log(
         f"[{adapter}] training r={profile.rank} alpha={profile.alpha} targets={profile.targets} "
@@ -193,7 +197,8 @@ def train(
                 "dtype": base.dtype,
                 "quantization": "nf4" if qlora else base.quantization,
             },
-            "hyperparameters": profile.model_dump(mode="json"),
+            # The steps actually asked for: a capped run is not the profile's run.
+            "hyperparameters": {**profile.model_dump(mode="json"), "max_steps": steps},
             "dataset": {
                 "task": split.task,
                 "seed": split.seed,

@@ -1,0 +1,115 @@
+"""One local platform for the e2e session, started the way a user starts it (``python -m local up``).
+
+It differs from ``make up`` only in size: the tiny Qwen3 preset as the base (a catalog entry and
+an environment file written here, through the same schema) and training capped at a few steps,
+so that the whole platform comes up in about a minute on two cores. Ports are free ones and the
+Redis database is its own, so a developer's running ``make up`` is never touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from config import CATALOG_PATH, ENVIRONMENTS_DIR
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+MAX_STEPS = "10"
+REDIS_URL = "redis://127.0.0.1:6379/14"
+
+TINY_BASE = {
+    "model_id": "local/qwen3-tiny",
+    "source": "local",
+    "revision": "recipe-1",
+    "dtype": "float32",
+    "quantization": "none",
+    "max_lora_rank": 64,
+    "image": {"repository": "lora-runtime", "tag": "local"},
+    "architecture": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                     "vocab_size": 1024, "parameters": 139648},
+}  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Platform:
+    root: Path
+    catalog: Path
+    environments: Path
+    state: Path
+    artifacts: Path
+    ports: dict[str, int]
+    first_up: subprocess.CompletedProcess
+
+    @property
+    def gateway(self) -> str:
+        return f"http://127.0.0.1:{self.ports['gateway']}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.ports['endpoint']}"
+
+    @property
+    def runtime(self) -> str:
+        return f"http://127.0.0.1:{self.ports['runtime']}"
+
+    def up(self, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "local", "up", "--catalog", str(self.catalog),
+             "--environments-dir", str(self.environments), "--state-dir", str(self.state),
+             "--artifacts", str(self.artifacts), "--max-steps", MAX_STEPS,
+             "--gateway-port", str(self.ports["gateway"]),
+             "--endpoint-port", str(self.ports["endpoint"]),
+             "--runtime-port", str(self.ports["runtime"]), "--redis-url", REDIS_URL, *extra],
+            cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
+        )  # fmt: skip
+
+    def down(self) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "local", "down", "--state-dir", str(self.state)],
+            cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    def catalog_data(self) -> dict:
+        return yaml.safe_load(self.catalog.read_text())
+
+    def write_catalog(self, data: dict) -> None:
+        self.catalog.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+@pytest.fixture(scope="session")
+def platform(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("platform")
+    catalog = yaml.safe_load(CATALOG_PATH.read_text())
+    catalog["base_models"]["qwen3-tiny"] = copy.deepcopy(TINY_BASE)
+    env = yaml.safe_load((ENVIRONMENTS_DIR / "local.yaml").read_text())
+    env.update(prefix="lora-e2e", base="qwen3-tiny", base_overrides={"qwen3-4b": "qwen3-tiny"})
+    (root / "environments").mkdir()
+    (root / "environments" / "local.yaml").write_text(yaml.safe_dump(env))
+    (root / "adapters.yaml").write_text(yaml.safe_dump(catalog, sort_keys=False))
+    p = Platform(
+        root=root, catalog=root / "adapters.yaml", environments=root / "environments",
+        state=root / "state", artifacts=root / "artifacts",
+        ports={"gateway": free_port(), "endpoint": free_port(), "runtime": free_port()},
+        first_up=None,  # type: ignore[arg-type]
+    )  # fmt: skip
+    p.first_up = p.up()
+    try:
+        assert p.first_up.returncode == 0, p.first_up.stdout[-4000:] + p.first_up.stderr[-4000:]
+        yield p
+    finally:
+        p.down()

@@ -1,0 +1,185 @@
+"""The local platform as a user meets it: ``up``, requests through the gateway, a new catalog
+entry, the playground in a real browser."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+
+import boto3
+import httpx
+import pytest
+
+from config import TASK_PROFILES, load_deployment
+from local.platform import read_state, request_body
+
+pytestmark = pytest.mark.e2e
+
+
+def _deployment(platform):
+    return load_deployment("local", platform.catalog, platform.environments)
+
+
+def test_up_prints_the_urls_and_a_tour_of_every_adapter(platform) -> None:
+    out = platform.first_up.stdout
+    dep = _deployment(platform)
+    assert f"playground        {platform.gateway}/" in out
+    assert "response cache    redis" in out or "response cache    in-process" in out
+    assert "tour: one request per adapter" in out
+    for a in dep.adapters:
+        assert f"  {a.name} " in out, a.name
+    assert " hit " in out  # the tour's repeated request came from the cache
+
+
+def test_every_adapter_answers_through_the_gateway_from_its_own_component(platform) -> None:
+    dep = _deployment(platform)
+    with httpx.Client(base_url=platform.gateway, timeout=60) as client:
+        listed = client.get("/v1/adapters").json()["adapters"]
+        assert {a["name"] for a in listed} == {a.name for a in dep.adapters}
+        for a in dep.adapters:
+            body = request_body(TASK_PROFILES[a.entry.task].instruction, "pt 45yo m c/o sob", 8)
+            resp = client.post(f"/v1/adapters/{a.name}/generate", json=body)
+            assert resp.status_code == 200, resp.text
+            answer = resp.json()
+            assert answer["adapter"] == a.name and answer["version"] == a.entry.version
+            # What the container itself says it served: the adapter component of this entry.
+            assert answer["served_by"] == a.component_name
+        assert client.post("/v1/adapters/no-such-adapter/generate", json=body).status_code == 404
+        forbidden = client.post(f"/v1/adapters/{dep.adapters[0].name}/generate", json=body,
+                                headers={"X-Local-Tenant": "intruder"})  # fmt: skip
+        assert forbidden.status_code == 403
+
+
+def test_a_repeated_deterministic_request_is_a_cache_hit(platform) -> None:
+    name = _deployment(platform).adapters[0].name
+    body = request_body("Expand the clinical shorthand into full medical terminology.",
+                        f"pt 60yo f c/o cp {uuid.uuid4().hex[:8]}", 8)  # fmt: skip
+    with httpx.Client(base_url=platform.gateway, timeout=60) as client:
+        first = client.post(f"/v1/adapters/{name}/generate", json=body).json()
+        second = client.post(f"/v1/adapters/{name}/generate", json=body).json()
+    assert (first["cache"], second["cache"]) == ("miss", "hit")
+    assert second["output"] == first["output"]
+
+
+def test_the_endpoint_speaks_the_real_invoke_endpoint_protocol(platform) -> None:
+    dep = _deployment(platform)
+    client = boto3.client("sagemaker-runtime", endpoint_url=platform.endpoint,
+                          region_name="us-east-1", aws_access_key_id="local",
+                          aws_secret_access_key="local")  # fmt: skip
+    a = dep.adapters[0]
+    payload = json.dumps(request_body("x", "pt 45yo m", 6)).encode()
+    resp = client.invoke_endpoint(EndpointName=dep.endpoint_name, Body=payload,
+                                  InferenceComponentName=a.component_name,
+                                  ContentType="application/json")  # fmt: skip
+    assert json.loads(resp["Body"].read())["adapter"] == a.component_name
+    stream = client.invoke_endpoint_with_response_stream(
+        EndpointName=dep.endpoint_name,
+        Body=payload,
+        InferenceComponentName=a.component_name,
+        ContentType="application/json",
+    )
+    chunks = b"".join(e["PayloadPart"]["Bytes"] for e in stream["Body"] if "PayloadPart" in e)
+    last = json.loads(chunks.decode().strip().splitlines()[-1])
+    assert last["done"] is True and last["adapter"] == a.component_name
+    with pytest.raises(client.exceptions.ValidationError):
+        client.invoke_endpoint(EndpointName=dep.endpoint_name, Body=payload,
+                               InferenceComponentName="lora-e2e-missing")  # fmt: skip
+
+
+def test_a_new_catalog_entry_is_served_without_restarting_the_base(platform) -> None:
+    runtime_pid = read_state(platform.state)["processes"]["runtime"]["pid"]
+    data = platform.catalog_data()
+    data["adapters"].append({
+        "name": "claims-summary", "version": "1.0.0", "base": "qwen3-4b",
+        "task": "style_transfer", "description": "Claims notes in formal register.",
+        "rank": 4, "alpha": 8, "targets": "attention", "allow": {"tenants": ["demo"]},
+    })  # fmt: skip
+    platform.write_catalog(data)
+    again = platform.up("--no-tour")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "1 to train" in again.stdout and "(1/1) claims-summary" in again.stdout
+    assert "reusing the running platform" in again.stdout
+    assert "1 created" in again.stdout and "7 unchanged" in again.stdout
+    assert read_state(platform.state)["processes"]["runtime"]["pid"] == runtime_pid
+    base_loads = [e for e in httpx.get(f"{platform.runtime}/trace?limit=1000").json()["events"]
+                  if e["event"] == "base_load"]  # fmt: skip
+    assert len(base_loads) == 1
+    body = request_body("Rewrite the informal text in a formal register.", "hey thx", 8)
+    answer = httpx.post(f"{platform.gateway}/v1/adapters/claims-summary/generate", json=body,
+                        timeout=60).json()  # fmt: skip
+    assert answer["served_by"] == "lora-e2e-claims-summary"
+
+
+def test_the_playground_runs_a_query_in_a_browser(platform) -> None:
+    chromedriver = shutil.which("chromedriver")
+    chromium = next(filter(None, map(shutil.which, ("chromium", "chromium-browser",
+                                                     "google-chrome"))), None)  # fmt: skip
+    if chromedriver is None or chromium is None:
+        pytest.fail("chromium and chromium-driver are required (.ci/run installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tests.e2e.conftest import ARTIFACTS
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                 "--window-size=1440,900", "--disable-gpu"):  # fmt: skip
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(chromedriver), options=options)
+    try:
+        wait = WebDriverWait(driver, 60)
+        driver.get(platform.gateway + "/?adapter=sales-json")
+        wait.until(ec.element_to_be_clickable((By.ID, "run")))
+        card = driver.find_element(
+            By.CSS_SELECTOR, '.adapter-card[data-name="medical-shorthand-r64"]'
+        )
+        card.click()
+        assert "selected" in card.get_attribute("class")
+        driver.find_element(By.CSS_SELECTOR, ".sample").click()
+        assert driver.find_element(By.ID, "query").get_attribute("value")
+        driver.find_element(By.ID, "run").click()
+        wait.until(lambda d: "pending" not in d.find_element(
+            By.CSS_SELECTOR, "#result-adapter .output").get_attribute("class"))  # fmt: skip
+        wait.until(lambda d: "pending" not in d.find_element(
+            By.CSS_SELECTOR, "#result-base .output").get_attribute("class"))  # fmt: skip
+        badges = driver.find_element(By.CSS_SELECTOR, "#result-adapter .badges").text
+        assert "cache" in badges and "ms" in badges, badges
+        # The live trace shows the router's request and the status bar the runtime's tiers.
+        wait.until(lambda d: "router_request" in d.find_element(By.ID, "trace").text)
+        assert "device" in driver.find_element(By.ID, "st-tiers").text
+        # Compare variants: both medical adapters side by side with their LoRA settings.
+        driver.find_element(By.ID, "compare").click()
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".result")) == 3)
+        wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, ".output.pending"))
+        subs = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".result .sub")]
+        assert any("r=64" in s for s in subs) and any("r=8" in s for s in subs)
+        time.sleep(1.2)  # one trace poll, so the screenshot shows the latest events
+        ARTIFACTS.mkdir(exist_ok=True)
+        assert driver.save_screenshot(str(ARTIFACTS / "playground.png"))
+    finally:
+        driver.quit()
+
+
+def test_the_smoke_check_invokes_every_adapter_through_the_router(platform) -> None:
+    import subprocess
+    import sys
+
+    from tests.e2e.conftest import ROOT
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "infra.smoke", "--env", "local", "--url", platform.gateway,
+         "--catalog", str(platform.catalog), "--environments-dir", str(platform.environments)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    dep = _deployment(platform)
+    for a in dep.adapters:
+        line = next(x for x in proc.stdout.splitlines() if x.startswith(a.name + " "))
+        assert " 200 " in line and f"ok  {a.component_name}" in line, line
+    assert f"{len(dep.adapters)}/{len(dep.adapters)} adapters answered" in proc.stdout

@@ -1,0 +1,40 @@
+"""The local gateway's parts that the e2e tests do not isolate."""
+
+from __future__ import annotations
+
+import time
+
+from lambda_proxy.auth import caller_from_event
+from lambda_proxy.handler import _shape_error
+from local.gateway import InProcessCache, proxy_event
+
+
+def test_the_proxy_event_is_one_the_router_accepts_and_names_the_tenant() -> None:
+    event = proxy_event(
+        "POST",
+        "/v1/adapters/sales-json/generate",
+        "/v1/adapters/{adapter}/generate",
+        {"adapter": "sales-json"},
+        {"Content-Type": "application/json"},
+        {},
+        '{"inputs": "x"}',
+        "sales-ops",
+    )
+    assert _shape_error(event) is None
+    caller = caller_from_event(event)
+    assert caller is not None and caller.tenant == "sales-ops"
+    assert "arn:aws:iam::000000000000:role/sales-ops" in caller.principals
+
+
+def test_the_in_process_cache_expires_and_bounds_its_entries() -> None:
+    cache = InProcessCache(max_entries=2)
+    cache.set("lora:v1:a:1", "one", ex=60)
+    cache.set("lora:v1:a:2", b"two", ex=0)
+    time.sleep(0.01)
+    assert cache.get("lora:v1:a:1") == b"one"
+    assert cache.get("lora:v1:a:2") is None  # expired
+    cache.set("lora:v1:b:1", "x", ex=60)
+    cache.set("lora:v1:b:2", "y", ex=60)
+    assert cache.get("lora:v1:a:1") is None  # least recently used, over the bound
+    assert sorted(cache.scan_iter(match="lora:v1:b:*")) == ["lora:v1:b:1", "lora:v1:b:2"]
+    assert cache.delete("lora:v1:b:1", "missing") == 1
