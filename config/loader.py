@@ -207,6 +207,7 @@ class Deployment:
             "endpoint": self.endpoint_name,
             "base_component": self.base_component_name,
             "base_revision": self.base.revision,
+            **({"operators": list(self.env.router.operators)} if self.env.router.operators else {}),
             "adapters": {
                 a.name: {
                     "component": a.component_name,

@@ -272,8 +272,20 @@ class RouterConfig(_Strict):
     max_new_tokens_cap: int = Field(default=512, ge=1)
     max_stop_sequences: int = Field(default=4, ge=0)
     max_body_bytes: int = Field(default=262144, ge=1024, le=6 * 1024 * 1024)
+    operators: list[str] = Field(
+        default_factory=list,
+        description="IAM principal ARNs that may call every adapter (smoke checks, on-call)",
+    )
     throttle_rate: float = Field(default=50, gt=0)
     throttle_burst: int = Field(default=100, gt=0)
+
+    @field_validator("operators")
+    @classmethod
+    def _operators(cls, v: list[str]) -> list[str]:
+        for arn in v:
+            if not re.match(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$", arn):
+                raise ValueError(f"{arn!r} is not an IAM role or user ARN")
+        return v
 
     @model_validator(mode="after")
     def _deadline(self) -> RouterConfig:

@@ -53,7 +53,7 @@ def caller_accounts(dep: Deployment) -> list[str]:
     """Accounts of the principals the catalog names, for the API's resource policy."""
     accounts = set()
     for a in dep.adapters:
-        for arn in a.entry.allow.principals:
+        for arn in (*a.entry.allow.principals, *dep.env.router.operators):
             if m := _ACCOUNT_IN_ARN.match(arn):
                 accounts.add(m.group(1))
     return sorted(accounts)

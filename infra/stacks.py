@@ -8,7 +8,7 @@ Stateful stacks get termination protection where the environment asks for deleti
 
 from __future__ import annotations
 
-from aws_cdk import App, CfnOutput, Environment, Stack, Tags
+from aws_cdk import CfnOutput, Environment, Stack, Tags
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
@@ -26,7 +26,7 @@ class StatefulStack(Stack):
     """What must outlive every redeploy: the key, the buckets, the image repository."""
 
     def __init__(self, scope: Construct, id: str, *, dep: Deployment, **kw) -> None:
-        super().__init__(scope, id, **kw)
+        super().__init__(scope, id, stack_name=id, **kw)
         self.storage = Storage(self, "Storage", dep=dep)
         self.storage.artifacts.node.default_child.add_property_override(  # type: ignore[union-attr]
             "BucketName", artifact_bucket_name(dep)
@@ -37,7 +37,7 @@ class NetworkStack(Stack):
     def __init__(
         self, scope: Construct, id: str, *, dep: Deployment, stateful: StatefulStack, **kw
     ):
-        super().__init__(scope, id, **kw)
+        super().__init__(scope, id, stack_name=id, **kw)
         self.network = Network(
             self, "Network", dep=dep, flow_log_bucket=stateful.storage.access_logs
         )
@@ -54,7 +54,7 @@ class CacheStack(Stack):
         network: NetworkStack,
         **kw,
     ) -> None:
-        super().__init__(scope, id, **kw)
+        super().__init__(scope, id, stack_name=id, **kw)
         net = network.network
         self.cache = ResponseCacheCluster(
             self, "Cache", dep=dep, vpc=net.vpc, subnets=net.subnets,
@@ -74,7 +74,7 @@ class RouterStack(Stack):
         cache: CacheStack,
         **kw,
     ) -> None:
-        super().__init__(scope, id, **kw)
+        super().__init__(scope, id, stack_name=id, **kw)
         net = network.network
         self.router = Router(
             self, "Router", dep=dep, vpc=net.vpc, subnets=net.subnets,
@@ -87,7 +87,7 @@ class RouterStack(Stack):
 
 class ObservabilityStack(Stack):
     def __init__(self, scope: Construct, id: str, *, dep: Deployment, **kw) -> None:
-        super().__init__(scope, id, **kw)
+        super().__init__(scope, id, stack_name=id, **kw)
         self.observability = Observability(
             self, "Observability", dep=dep, api_name=f"{dep.env.prefix}-router", stage=STAGE,
             function_name=f"{dep.env.prefix}-router",
@@ -105,7 +105,7 @@ class ServingStack(Stack):
         network: NetworkStack,
         **kw,
     ) -> None:
-        super().__init__(scope, id, **kw)
+        super().__init__(scope, id, stack_name=id, **kw)
         st, net = stateful.storage, network.network
         self.serving = Serving(
             self,
@@ -123,11 +123,12 @@ class ServingStack(Stack):
 
 class AdapterShardStack(Stack):
     def __init__(self, scope: Construct, id: str, *, dep: Deployment, members, **kw) -> None:
-        super().__init__(scope, id, **kw)
+        super().__init__(scope, id, stack_name=id, **kw)
         self.adapters = AdapterComponents(self, "Adapters", dep=dep, members=members)
 
 
-def build(app: App, dep: Deployment) -> list[Stack]:
+def build(app: Construct, dep: Deployment) -> list[Stack]:
+    """The environment's stacks in ``app`` (an App, or a pipeline Stage: same stack names)."""
     env = Environment(account=dep.env.account, region=dep.env.region)
     p = dep.env.prefix
     protect = dep.env.deletion_protection

@@ -185,3 +185,17 @@ def test_cache_key_covers_adapter_version_and_base_revision() -> None:
     assert len(keys) == 5
     reordered = {"parameters": {"max_new_tokens": 4}, "inputs": "x"}
     assert cache_key("a", "1", "r1", req) == cache_key("a", "1", "r1", reordered)
+
+
+def test_an_operator_principal_may_call_every_adapter_and_no_one_else_gains(router) -> None:
+    stub, _ = router
+    settings = h.deps().settings
+    table = {**settings.routing_table,
+             "operators": ["arn:aws:iam::123456789012:role/intruder"]}  # fmt: skip
+    h.configure(h.Dependencies(settings=h.RouterSettings(routing_table=table),
+                               cache=h.deps().cache, client=h.deps().client))  # fmt: skip
+    _expect(stub)
+    status, out = call(event(body=_body(), arn=OTHER_ROLE))  # the role intruder's session
+    assert status == 200, out
+    stranger = "arn:aws:sts::123456789012:assumed-role/stranger/s"
+    assert call(event(body=_body(), arn=stranger))[0] == 403
