@@ -7,6 +7,7 @@ catalog seen through one environment, ``load_catalog()`` for the catalog alone.
 from config.loader import (
     CATALOG_PATH,
     ENVIRONMENTS_DIR,
+    PIPELINE_PATH,
     CatalogError,
     Deployment,
     Issue,
@@ -15,6 +16,7 @@ from config.loader import (
     load_catalog,
     load_deployment,
     load_environment,
+    load_pipeline,
 )
 from config.schema import AdapterEntry, BaseModelEntry, Catalog, Environment
 from config.tasks import TARGET_MODULES, TASK_PROFILES, Targets, TaskProfile
@@ -22,6 +24,7 @@ from config.tasks import TARGET_MODULES, TASK_PROFILES, Targets, TaskProfile
 __all__ = [
     "CATALOG_PATH",
     "ENVIRONMENTS_DIR",
+    "PIPELINE_PATH",
     "TARGET_MODULES",
     "TASK_PROFILES",
     "AdapterEntry",
@@ -38,4 +41,5 @@ __all__ = [
     "load_catalog",
     "load_deployment",
     "load_environment",
+    "load_pipeline",
 ]

@@ -21,11 +21,13 @@ from config.schema import (
     BaseModelEntry,
     Catalog,
     Environment,
+    PipelineConfig,
 )
 
 CONFIG_DIR = Path(__file__).resolve().parent
 CATALOG_PATH = CONFIG_DIR / "adapters.yaml"
 ENVIRONMENTS_DIR = CONFIG_DIR / "environments"
+PIPELINE_PATH = CONFIG_DIR / "pipeline.yaml"
 
 
 @dataclass(frozen=True)
@@ -324,3 +326,25 @@ def resolve(catalog: Catalog, env: Environment, catalog_file: str, env_dir: str)
     return Deployment(
         env=env, catalog=catalog, base_key=env.base, base=base, adapters=tuple(resolved)
     )
+
+
+def load_pipeline(path: Path | str = PIPELINE_PATH) -> PipelineConfig:
+    """The pipeline file, with every stage checked to be a deployable environment."""
+    path = Path(path)
+    file = _display(path)
+    raw = _read_yaml(path)
+    if not isinstance(raw, dict):
+        raise CatalogError([Issue(file, "pipeline", "-", "expected a mapping")])
+    try:
+        cfg = PipelineConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise CatalogError(
+            [Issue(file, "pipeline", ".".join(map(str, e["loc"])) or "-",
+                   e["msg"].removeprefix("Value error, ")) for e in exc.errors()]
+        ) from None  # fmt: skip
+    deployable = environment_names(deployable=True)
+    bad = [s for s in cfg.stages if s not in deployable]
+    if bad:
+        why = f"not deployable environments: {bad} (deployable: {deployable})"
+        raise CatalogError([Issue(file, "pipeline", "stages", why)])
+    return cfg

@@ -299,6 +299,32 @@ class RouterConfig(_Strict):
         return self
 
 
+class PipelineConfig(_Strict):
+    """``config/pipeline.yaml``: the optional CDK Pipelines stack (deploys from AWS itself)."""
+
+    enabled: bool = False
+    repository: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", description="owner/name")
+    branch: str = Field(default="main", min_length=1)
+    connection_arn: str = Field(
+        pattern=r"^arn:aws[a-z-]*:(codestar-connections|codeconnections):[a-z0-9-]+:\d{12}:"
+        r"connection/[A-Za-z0-9-]+$",
+        description="CodeStar / CodeConnections connection to the repository host",
+    )
+    account: str | None = Field(default=None, pattern=r"^\d{12}$")
+    region: str = Field(default="us-east-1", pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
+    stages: list[str] = Field(default_factory=lambda: ["dev", "staging", "prod"], min_length=1)
+    approval_before: list[str] = Field(default_factory=lambda: ["prod"])
+
+    @model_validator(mode="after")
+    def _stages(self) -> PipelineConfig:
+        if len(set(self.stages)) != len(self.stages):
+            raise ValueError("stages repeat an environment")
+        unknown = set(self.approval_before) - set(self.stages)
+        if unknown:
+            raise ValueError(f"approval_before names environments not in stages: {sorted(unknown)}")
+        return self
+
+
 class NetworkConfig(_Strict):
     cidr: str = Field(default="10.40.0.0/16", pattern=r"^\d+\.\d+\.\d+\.\d+/\d+$")
     max_azs: int = Field(default=2, ge=2, le=6)

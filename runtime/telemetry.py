@@ -83,7 +83,7 @@ def host_rss_bytes() -> int:
 
 
 def host_total_bytes() -> int:
-    """The machine's (or container's cgroup's) memory, from /proc/meminfo."""
+    """The memory the kernel reports in /proc/meminfo (the host's, also inside a container)."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:

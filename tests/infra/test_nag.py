@@ -66,12 +66,9 @@ REVIEWED: dict[tuple[str, str], tuple[str, ...]] = {
     ): ALL,
     (SERVING_POLICY, f"AwsSolutions-IAM5[Resource::{ARTIFACT_BUCKET}/adapters/*]"): ALL,
     (SERVING_POLICY, f"AwsSolutions-IAM5[Resource::{ARTIFACT_BUCKET}/base/*]"): ALL,
-    # The access-log bucket itself (logging into itself would loop; S3 logs need SSE-S3).
-    ("PREFIX-stateful/Storage/AccessLogs", "AwsSolutions-S1"): ALL,
-    ("PREFIX-stateful/Storage/AccessLogs", "HIPAA.Security-S3BucketLoggingEnabled"): ALL,
+    # The access-log bucket itself (S3 log delivery needs SSE-S3; logs are not replicated).
     ("PREFIX-stateful/Storage/AccessLogs", "HIPAA.Security-S3BucketReplicationEnabled"): ALL,
     ("PREFIX-stateful/Storage/AccessLogs", "HIPAA.Security-S3DefaultEncryptionKMS"): ALL,
-    ("PREFIX-stateful/Storage/AccessLogs", "NIST.800.53.R5-S3BucketLoggingEnabled"): ALL,
     ("PREFIX-stateful/Storage/AccessLogs", "NIST.800.53.R5-S3BucketReplicationEnabled"): ALL,
     ("PREFIX-stateful/Storage/AccessLogs", "NIST.800.53.R5-S3DefaultEncryptionKMS"): ALL,
     # Versioned, KMS-encrypted artifacts are re-creatable from training; no second region.

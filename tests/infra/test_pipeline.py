@@ -1,0 +1,139 @@
+"""The optional CDK Pipelines stack: stage order, approval before prod, a smoke step after each
+stage, the environments' own stack names, cdk-nag clean with only acknowledgements it uses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from aws_cdk import App, Environment
+
+import infra.nag as nag
+from config import PIPELINE_PATH, load_deployment, load_pipeline
+from infra.pipeline import SMOKE_ROLE, PipelineStack
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.synth
+STACK = "lora-fleet-pipeline"
+
+
+@pytest.fixture(scope="module")
+def synthesized(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp("pipeline")
+    cfg_file = tmp / "pipeline.yaml"
+    cfg_file.write_text(yaml.safe_dump({**yaml.safe_load(PIPELINE_PATH.read_text()),
+                                        "enabled": True}))  # fmt: skip
+    cfg = load_pipeline(cfg_file)
+    nag.ACKNOWLEDGEMENTS.clear()
+    app = App(outdir=str(tmp / "cdk.out"),
+              context=json.loads((ROOT / "cdk.json").read_text())["context"])  # fmt: skip
+    PipelineStack(app, STACK, config=cfg,
+                  deployments={n: load_deployment(n) for n in cfg.stages},
+                  env=Environment(region=cfg.region))  # fmt: skip
+    nag.add_nag_packs(app)
+    assembly = app.synth()  # raises on any unacknowledged finding
+    out = Path(assembly.directory)
+    return {
+        "out": out,
+        "template": json.loads((out / f"{STACK}.template.json").read_text()),
+        "report": json.loads((out / "validation-report.json").read_text()),
+        "acknowledged": [
+            (p, f)
+            for p, f, _ in nag.ACKNOWLEDGEMENTS
+            if p in (f"{STACK}/Pipeline", f"{STACK}/SmokeRole")
+        ],
+    }
+
+
+def _stages(template: dict) -> list[dict]:
+    (pipeline,) = [r for r in template["Resources"].values()
+                   if r["Type"] == "AWS::CodePipeline::Pipeline"]  # fmt: skip
+    return pipeline["Properties"]["Stages"]
+
+
+def test_environments_deploy_in_order_after_the_checks(synthesized) -> None:
+    names = [s["Name"] for s in _stages(synthesized["template"])]
+    assert names[:3] == ["Source", "Build", "UpdatePipeline"]
+    assert [n for n in names if n in ("dev", "staging", "prod")] == ["dev", "staging", "prod"]
+    assert names.index("dev") < names.index("staging") < names.index("prod")
+
+
+def test_prod_waits_for_a_manual_approval_and_only_prod(synthesized) -> None:
+    for stage in _stages(synthesized["template"]):
+        if stage["Name"] not in ("dev", "staging", "prod"):
+            continue
+        approvals = [a for a in stage["Actions"] if a["ActionTypeId"]["Category"] == "Approval"]
+        deploys = [a for a in stage["Actions"] if a["ActionTypeId"]["Provider"] == "CloudFormation"]
+        assert deploys
+        if stage["Name"] == "prod":
+            (approval,) = approvals
+            assert approval["RunOrder"] < min(a["RunOrder"] for a in deploys)
+        else:
+            assert not approvals
+
+
+def test_every_stage_ends_with_a_smoke_step_through_its_router(synthesized) -> None:
+    t = synthesized["template"]
+    projects = {
+        lid: r for lid, r in t["Resources"].items() if r["Type"] == "AWS::CodeBuild::Project"
+    }
+    for stage in _stages(t):
+        if stage["Name"] not in ("dev", "staging", "prod"):
+            continue
+        deploys = [a for a in stage["Actions"] if a["ActionTypeId"]["Provider"] == "CloudFormation"]
+        (smoke,) = [a for a in stage["Actions"] if a["Name"] == f"Smoke-{stage['Name']}"]
+        assert smoke["ActionTypeId"]["Provider"] == "CodeBuild"
+        assert smoke["RunOrder"] > max(a["RunOrder"] for a in deploys)
+        spec = json.dumps(projects[smoke["Configuration"]["ProjectName"]["Ref"]])
+        assert f"make smoke ENV={stage['Name']}" in spec
+    (role,) = [r for r in t["Resources"].values()
+               if r["Type"] == "AWS::IAM::Role" and r["Properties"].get("RoleName") == SMOKE_ROLE]  # fmt: skip
+    assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
+        "Service": "codebuild.amazonaws.com"
+    }
+
+
+def test_the_synth_step_runs_the_ci_script(synthesized) -> None:
+    t = synthesized["template"]
+    specs = [json.dumps(r["Properties"]["Source"]) for r in t["Resources"].values()
+             if r["Type"] == "AWS::CodeBuild::Project"]  # fmt: skip
+    assert any("bash .ci/run" in s and "cdk synth -c pipeline=true" in s for s in specs)
+
+
+def test_stages_deploy_the_environments_own_stack_names(synthesized) -> None:
+    manifest = json.loads(
+        (synthesized["out"] / f"assembly-{STACK}-prod" / "manifest.json").read_text()
+    )
+    names = {a["properties"]["stackName"] for a in manifest["artifacts"].values()
+             if a["type"] == "aws:cloudformation:stack"}  # fmt: skip
+    assert {"lora-prod-stateful", "lora-prod-serving", "lora-prod-router"} <= names
+
+
+def test_every_pipeline_acknowledgement_is_used(synthesized) -> None:
+    used = {(v["acknowledgedAt"], v["acknowledgedId"].split("::", 1)[1])
+            for r in synthesized["report"]["pluginReports"] for v in r["suppressedViolations"]}  # fmt: skip
+    unused = set(synthesized["acknowledged"]) - used
+    assert synthesized["acknowledged"] and not unused, unused
+
+
+def test_the_pipeline_template_passes_cfn_lint(synthesized) -> None:
+    lint = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--config-file",
+         str(ROOT / ".cfnlintrc.yaml"), str(synthesized["out"] / f"{STACK}.template.json")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_the_pipeline_is_off_unless_the_file_enables_it(tmp_path: Path) -> None:
+    context = json.loads((ROOT / "cdk.json").read_text())["context"] | {"pipeline": "true"}
+    proc = subprocess.run(
+        [sys.executable, "app.py"], cwd=ROOT, capture_output=True, text=True, check=False,
+        env={**os.environ, "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": str(tmp_path)},
+    )  # fmt: skip
+    assert proc.returncode == 1 and "the pipeline is off" in proc.stderr
