@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,9 @@ def build_artifacts(dep: Deployment, opts: Options) -> tuple[Path, dict[str, Pat
     from training.base import build_base
     from training.train import train
 
-    # Progress here is one line per step of the platform; the libraries' bars would bury it.
+    # Progress here is one line per step of the platform; the libraries' bars and deprecation
+    # notices (about arguments TRL passes, not ours) would bury it.
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
     hf_datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()

@@ -103,7 +103,7 @@ function fill(node, status, answer) {
   if (answer.cache) items.push(el("span", { class: "badge " + (answer.cache === "hit" ? "hit" : answer.cache === "miss" ? "miss" : "") }, `cache ${answer.cache}`));
   items.push(el("span", { class: "badge" }, `${Math.round(t.total ?? 0)} ms`));
   if (answer.usage) items.push(el("span", { class: "badge" }, `${answer.usage.output_tokens} tokens`));
-  if (t.engine && t.engine.adapter_load_ms) items.push(el("span", { class: "badge" }, `adapter load ${t.engine.adapter_load_ms.toFixed(1)} ms`));
+  if (t.engine && t.engine.adapter_load > 0.05) items.push(el("span", { class: "badge" }, `adapter load ${t.engine.adapter_load.toFixed(1)} ms`));
   badges.replaceChildren(...items);
   const text = answer.output ?? "";
   out.textContent = text.trim() ? text : "(no visible text: the tokens decoded to whitespace or special tokens)";

@@ -183,3 +183,34 @@ def test_the_smoke_check_invokes_every_adapter_through_the_router(platform) -> N
         line = next(x for x in proc.stdout.splitlines() if x.startswith(a.name + " "))
         assert " 200 " in line and f"ok  {a.component_name}" in line, line
     assert f"{len(dep.adapters)}/{len(dep.adapters)} adapters answered" in proc.stdout
+
+
+def test_a_refused_artifact_leaves_the_good_adapter_serving(platform, tmp_path) -> None:
+    import tarfile
+
+    dep = _deployment(platform)
+    victim = dep.adapters[0]
+    good = {a.component_name: str(platform.artifacts / "adapters" / f"{a.name}.tar.gz")
+            for a in dep.adapters}  # fmt: skip
+    bad = tmp_path / "bad.tar.gz"
+    config = tmp_path / "adapter_config.json"
+    config.write_text(json.dumps({"peft_type": "PROMPT_TUNING"}))
+    with tarfile.open(bad, "w:gz") as tar:
+        tar.add(config, arcname="adapter_config.json")
+    wanted = [{"component": c, "artifact": str(bad) if c == victim.component_name else a}
+              for c, a in good.items()]  # fmt: skip
+    actions = httpx.put(f"{platform.endpoint}/_local/components", json={"adapters": wanted},
+                        timeout=120).json()["actions"]  # fmt: skip
+    (refused,) = [x for x in actions if x["component"] == victim.component_name]
+    assert refused["action"] == "registration-failed" and refused["status"] == 424
+    listed = httpx.get(f"{platform.endpoint}/_local/components").json()["components"]
+    (comp,) = [c for c in listed if c["name"] == victim.component_name]
+    assert comp["status"] == "InService" and "rejected" in comp["registration"]
+    body = request_body(TASK_PROFILES[victim.entry.task].instruction, "pt 50yo m", 4)
+    answer = httpx.post(f"{platform.gateway}/v1/adapters/{victim.name}/generate", json=body,
+                        timeout=60).json()  # fmt: skip
+    assert answer["served_by"] == victim.component_name  # the previous artifact still serves
+    restored = httpx.put(f"{platform.endpoint}/_local/components",
+                         json={"adapters": [{"component": c, "artifact": a}
+                                            for c, a in good.items()]}, timeout=120).json()  # fmt: skip
+    assert {x["action"] for x in restored["actions"]} <= {"unchanged", "updated"}
