@@ -182,7 +182,8 @@ class LocalGateway:
         self.redis = redis_client(redis_url)
         self.cache_mode = f"redis ({redis_url})" if self.redis is not None else "in-process"
         self.store = self.redis if self.redis is not None else InProcessCache()
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # the trace buffer
+        self.router_lock = threading.Lock()  # one execution environment: one request at a time
         self.trace: collections.deque[dict[str, Any]] = collections.deque(maxlen=500)
         self._seq = 0
         # The router signs its calls; the local endpoint does not check signatures.
@@ -207,7 +208,7 @@ class LocalGateway:
         settings.cache_clear()
         s = settings()
         table = s.routing_table
-        with self.lock:
+        with self.router_lock:
             self.table = table
             self.client = make_client(s.sagemaker_endpoint_url, s.region, s.invoke_deadline_s)
             configure(Dependencies(s, ResponseCache(self.store, s.cache_ttl_s), self.client))
@@ -235,7 +236,7 @@ class LocalGateway:
     def call_router(self, event: dict[str, Any]) -> dict[str, Any]:
         from lambda_proxy.handler import handler
 
-        with self.lock:  # one execution environment: one request at a time
+        with self.router_lock:
             return handler(event, LambdaContext(event["requestContext"]["requestId"]))
 
     def invoke_base(self, payload: dict[str, Any]) -> dict[str, Any]:

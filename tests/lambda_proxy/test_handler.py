@@ -199,3 +199,6 @@ def test_an_operator_principal_may_call_every_adapter_and_no_one_else_gains(rout
     assert status == 200, out
     stranger = "arn:aws:sts::123456789012:assumed-role/stranger/s"
     assert call(event(body=_body(), arn=stranger))[0] == 403
+    status, listed = call(event("GET", "/v1/adapters", arn=OTHER_ROLE))
+    assert status == 200
+    assert {a["name"] for a in listed["adapters"]} == set(table["adapters"])
