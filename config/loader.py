@@ -79,6 +79,14 @@ def _read_yaml(path: Path) -> Any:
         raise CatalogError([Issue(str(path), "(file)", "-", f"not valid YAML: {exc}")]) from None
 
 
+def _read_mapping(path: Path, file: str, entry: str) -> dict[str, Any]:
+    """A YAML file whose top level must be a mapping (catalog, environment, pipeline)."""
+    raw = _read_yaml(path)
+    if not isinstance(raw, dict):
+        raise CatalogError([Issue(file, entry, "-", "expected a mapping")])
+    return raw
+
+
 def _display(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(CONFIG_DIR.parent))
@@ -104,18 +112,28 @@ def _pydantic_issues(file: str, raw: Any, exc: ValidationError) -> list[Issue]:
     issues = []
     for err in exc.errors():
         entry, field = _entry_label(raw, tuple(err["loc"]))
-        msg = err["msg"].removeprefix("Value error, ")
+        msg = _message(err["msg"])
         issues.append(Issue(file, entry, field, msg))
     return issues
+
+
+def _field_issues(file: str, entry: str, exc: ValidationError) -> list[Issue]:
+    """One issue per invalid field of a single-entry file (an environment, the pipeline)."""
+    return [
+        Issue(file, entry, ".".join(map(str, e["loc"])) or "-", _message(e["msg"]))
+        for e in exc.errors()
+    ]
+
+
+def _message(msg: str) -> str:
+    return msg.removeprefix("Value error, ")
 
 
 def load_catalog(path: Path | str = CATALOG_PATH) -> Catalog:
     """Load and fully validate the catalog (everything that does not depend on an environment)."""
     path = Path(path)
     file = _display(path)
-    raw = _read_yaml(path)
-    if not isinstance(raw, dict):
-        raise CatalogError([Issue(file, "(top level)", "-", "expected a mapping")])
+    raw = _read_mapping(path, file, "(top level)")
     try:
         catalog = Catalog.model_validate(raw)
     except ValidationError as exc:
@@ -232,19 +250,11 @@ def load_environment(name: str, directory: Path = ENVIRONMENTS_DIR) -> Environme
         raise CatalogError(
             [Issue(file, f"environment {name!r}", "env", f"unknown environment (known: {known})")]
         )
-    raw = _read_yaml(path)
-    if not isinstance(raw, dict):
-        raise CatalogError([Issue(file, f"environment {name!r}", "-", "expected a mapping")])
-    raw = {"name": name, **raw}
+    raw = {"name": name, **_read_mapping(path, file, f"environment {name!r}")}
     try:
         env = Environment.model_validate(raw)
     except ValidationError as exc:
-        raise CatalogError(
-            [
-                Issue(file, f"environment {name!r}", ".".join(map(str, e["loc"])), e["msg"])
-                for e in exc.errors()
-            ]
-        ) from None
+        raise CatalogError(_field_issues(file, f"environment {name!r}", exc)) from None
     if env.name != name:
         raise CatalogError(
             [Issue(file, f"environment {name!r}", "name", "must match the file name")]
@@ -332,16 +342,11 @@ def load_pipeline(path: Path | str = PIPELINE_PATH) -> PipelineConfig:
     """The pipeline file, with every stage checked to be a deployable environment."""
     path = Path(path)
     file = _display(path)
-    raw = _read_yaml(path)
-    if not isinstance(raw, dict):
-        raise CatalogError([Issue(file, "pipeline", "-", "expected a mapping")])
+    raw = _read_mapping(path, file, "pipeline")
     try:
         cfg = PipelineConfig.model_validate(raw)
     except ValidationError as exc:
-        raise CatalogError(
-            [Issue(file, "pipeline", ".".join(map(str, e["loc"])) or "-",
-                   e["msg"].removeprefix("Value error, ")) for e in exc.errors()]
-        ) from None  # fmt: skip
+        raise CatalogError(_field_issues(file, "pipeline", exc)) from None
     deployable = environment_names(deployable=True)
     bad = [s for s in cfg.stages if s not in deployable]
     if bad:

@@ -7,7 +7,6 @@ appears in a template; the router reads the same secret at cold start.
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticache as elasticache
 from aws_cdk import aws_kms as kms
@@ -15,6 +14,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from config import Deployment
+from infra.lifecycle import removal_policy
 from infra.nag import acknowledge
 
 #: Engine versions this construct was checked against; both take AUTH with transit encryption.
@@ -37,7 +37,7 @@ class ResponseCacheCluster(Construct):
     ) -> None:
         super().__init__(scope, id)
         c = dep.env.cache
-        removal = RemovalPolicy.RETAIN if dep.env.deletion_protection else RemovalPolicy.DESTROY
+        removal = removal_policy(dep.env)
         self.port = c.port
         self.secret = secretsmanager.Secret(
             self,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
@@ -97,22 +96,3 @@ class Network(Construct):
                 security_groups=[self.endpoints_sg],
                 subnets=self.subnets,
             )
-
-
-_RETENTION = {
-    1: logs.RetentionDays.ONE_DAY,
-    3: logs.RetentionDays.THREE_DAYS,
-    5: logs.RetentionDays.FIVE_DAYS,
-    7: logs.RetentionDays.ONE_WEEK,
-    14: logs.RetentionDays.TWO_WEEKS,
-    30: logs.RetentionDays.ONE_MONTH,
-    60: logs.RetentionDays.TWO_MONTHS, 90: logs.RetentionDays.THREE_MONTHS,
-    180: logs.RetentionDays.SIX_MONTHS, 365: logs.RetentionDays.ONE_YEAR,
-    731: logs.RetentionDays.TWO_YEARS, 1827: logs.RetentionDays.FIVE_YEARS,
-    3653: logs.RetentionDays.TEN_YEARS,
-}  # fmt: skip
-
-
-def retention(days: int) -> logs.RetentionDays:
-    """The shortest CloudWatch retention that keeps logs at least ``days`` days."""
-    return _RETENTION[min((d for d in _RETENTION if d >= days), default=3653)]

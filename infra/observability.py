@@ -8,7 +8,7 @@ promotion) through a metric filter on the endpoint's log group.
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_iam as iam
@@ -18,6 +18,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from config import Deployment
+from infra.lifecycle import removal_policy
 from infra.serving import endpoint_log_group_name
 
 NAMESPACE = "LoraFleet"
@@ -38,7 +39,7 @@ class Observability(Construct):
     ) -> None:
         super().__init__(scope, id)
         env, o = dep.env, dep.env.observability
-        removal = RemovalPolicy.RETAIN if env.deletion_protection else RemovalPolicy.DESTROY
+        removal = removal_policy(env)
         api = {"ApiName": api_name, "Stage": stage}
         prefix = env.prefix
 
@@ -57,27 +58,22 @@ class Observability(Construct):
         endpoint_logs = logs.LogGroup.from_log_group_name(
             self, "EndpointLogs", endpoint_log_group_name(dep.endpoint_name)
         )
-        logs.MetricFilter(
-            self,
-            "AdapterLoadLatency",
-            log_group=endpoint_logs,
-            filter_pattern=logs.FilterPattern.string_value("$.event", "=", "adapter_promote"),
-            metric_namespace=NAMESPACE,
-            metric_name="AdapterLoadLatency",
-            metric_value="$.latency_ms",
-            dimensions={"Endpoint": dep.endpoint_name, "Source": "$.source"},
-            unit=cw.Unit.MILLISECONDS,
-        )
-        logs.MetricFilter(
-            self,
-            "AdapterEvictions",
-            log_group=endpoint_logs,
-            filter_pattern=logs.FilterPattern.string_value("$.event", "=", "adapter_evict"),
-            metric_namespace=NAMESPACE,
-            metric_name="AdapterEvictions",
-            metric_value="1",
-            dimensions={"Endpoint": dep.endpoint_name, "Source": "$.source"},
-        )
+        # The runtime's trace lines (one JSON line per promotion and eviction) as metrics.
+        for metric, event, value, unit in (
+            ("AdapterLoadLatency", "adapter_promote", "$.latency_ms", cw.Unit.MILLISECONDS),
+            ("AdapterEvictions", "adapter_evict", "1", None),
+        ):
+            logs.MetricFilter(
+                self,
+                metric,
+                log_group=endpoint_logs,
+                filter_pattern=logs.FilterPattern.string_value("$.event", "=", event),
+                metric_namespace=NAMESPACE,
+                metric_name=metric,
+                metric_value=value,
+                dimensions={"Endpoint": dep.endpoint_name, "Source": "$.source"},
+                unit=unit,
+            )
 
         def gw(name: str, stat: str) -> cw.Metric:
             return cw.Metric(namespace="AWS/ApiGateway", metric_name=name, dimensions_map=api,

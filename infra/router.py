@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from aws_cdk import ArnFormat, AssetHashType, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, AssetHashType, Duration, Stack
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -21,8 +21,8 @@ from constructs import Construct
 
 from config import Deployment
 from infra.bundle import router_bundle
+from infra.lifecycle import removal_policy, retention
 from infra.nag import acknowledge
-from infra.network import retention
 
 STAGE = "live"
 _ACCOUNT_IN_ARN = re.compile(r"^arn:aws[a-z-]*:(?:iam|sts)::(\d{12}):")
@@ -76,7 +76,7 @@ class Router(Construct):
         super().__init__(scope, id)
         env, r = dep.env, dep.env.router
         stack = Stack.of(self)
-        removal = RemovalPolicy.RETAIN if env.deletion_protection else RemovalPolicy.DESTROY
+        removal = removal_policy(env)
         keep = retention(env.observability.log_retention_days)
         self.function_name = f"{env.prefix}-router"
 

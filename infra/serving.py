@@ -8,7 +8,7 @@ an IC's name (``Ref`` is its ARN) and adapter shards refer to the base by that n
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Aws, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Aws, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
@@ -22,8 +22,8 @@ from constructs import Construct
 from config import Deployment
 from config.plan import plan
 from config.schema import Engine
+from infra.lifecycle import removal_policy, retention
 from infra.nag import acknowledge
-from infra.network import retention
 from infra.storage import ADAPTER_PREFIX, BASE_PREFIX
 
 VARIANT = "AllTraffic"
@@ -91,8 +91,7 @@ class Serving(Construct):
             log_group_name=endpoint_log_group_name(self.endpoint_name),
             retention=retention(env.observability.log_retention_days),
             encryption_key=key,
-            removal_policy=RemovalPolicy.RETAIN if env.deletion_protection
-            else RemovalPolicy.DESTROY,
+            removal_policy=removal_policy(env),
         )  # fmt: skip
         self.role = iam.Role(
             self,

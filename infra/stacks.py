@@ -22,28 +22,36 @@ from infra.serving import Serving
 from infra.storage import Storage
 
 
-class StatefulStack(Stack):
+class EnvironmentStack(Stack):
+    """A stack named exactly by its id, also inside a pipeline Stage (whose default would prefix
+    the stage name), so ``cdk deploy -c env=NAME``, the pipeline and ``make smoke`` agree."""
+
+    def __init__(self, scope: Construct, id: str, **kw) -> None:
+        super().__init__(scope, id, stack_name=id, **kw)
+
+
+class StatefulStack(EnvironmentStack):
     """What must outlive every redeploy: the key, the buckets, the image repository."""
 
     def __init__(self, scope: Construct, id: str, *, dep: Deployment, **kw) -> None:
-        super().__init__(scope, id, stack_name=id, **kw)
+        super().__init__(scope, id, **kw)
         self.storage = Storage(self, "Storage", dep=dep)
         self.storage.artifacts.node.default_child.add_property_override(  # type: ignore[union-attr]
             "BucketName", artifact_bucket_name(dep)
         )
 
 
-class NetworkStack(Stack):
+class NetworkStack(EnvironmentStack):
     def __init__(
         self, scope: Construct, id: str, *, dep: Deployment, stateful: StatefulStack, **kw
     ):
-        super().__init__(scope, id, stack_name=id, **kw)
+        super().__init__(scope, id, **kw)
         self.network = Network(
             self, "Network", dep=dep, flow_log_bucket=stateful.storage.access_logs
         )
 
 
-class CacheStack(Stack):
+class CacheStack(EnvironmentStack):
     def __init__(
         self,
         scope: Construct,
@@ -54,7 +62,7 @@ class CacheStack(Stack):
         network: NetworkStack,
         **kw,
     ) -> None:
-        super().__init__(scope, id, stack_name=id, **kw)
+        super().__init__(scope, id, **kw)
         net = network.network
         self.cache = ResponseCacheCluster(
             self, "Cache", dep=dep, vpc=net.vpc, subnets=net.subnets,
@@ -62,7 +70,7 @@ class CacheStack(Stack):
         )  # fmt: skip
 
 
-class RouterStack(Stack):
+class RouterStack(EnvironmentStack):
     def __init__(
         self,
         scope: Construct,
@@ -74,7 +82,7 @@ class RouterStack(Stack):
         cache: CacheStack,
         **kw,
     ) -> None:
-        super().__init__(scope, id, stack_name=id, **kw)
+        super().__init__(scope, id, **kw)
         net = network.network
         self.router = Router(
             self, "Router", dep=dep, vpc=net.vpc, subnets=net.subnets,
@@ -85,16 +93,16 @@ class RouterStack(Stack):
                   description="POST {url}v1/adapters/NAME/generate, SigV4-signed")  # fmt: skip
 
 
-class ObservabilityStack(Stack):
+class ObservabilityStack(EnvironmentStack):
     def __init__(self, scope: Construct, id: str, *, dep: Deployment, **kw) -> None:
-        super().__init__(scope, id, stack_name=id, **kw)
+        super().__init__(scope, id, **kw)
         self.observability = Observability(
             self, "Observability", dep=dep, api_name=f"{dep.env.prefix}-router", stage=STAGE,
             function_name=f"{dep.env.prefix}-router",
         )  # fmt: skip
 
 
-class ServingStack(Stack):
+class ServingStack(EnvironmentStack):
     def __init__(
         self,
         scope: Construct,
@@ -105,7 +113,7 @@ class ServingStack(Stack):
         network: NetworkStack,
         **kw,
     ) -> None:
-        super().__init__(scope, id, stack_name=id, **kw)
+        super().__init__(scope, id, **kw)
         st, net = stateful.storage, network.network
         self.serving = Serving(
             self,
@@ -121,9 +129,9 @@ class ServingStack(Stack):
         )
 
 
-class AdapterShardStack(Stack):
+class AdapterShardStack(EnvironmentStack):
     def __init__(self, scope: Construct, id: str, *, dep: Deployment, members, **kw) -> None:
-        super().__init__(scope, id, stack_name=id, **kw)
+        super().__init__(scope, id, **kw)
         self.adapters = AdapterComponents(self, "Adapters", dep=dep, members=members)
 
 

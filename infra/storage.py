@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -10,6 +10,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from config import Deployment
+from infra.lifecycle import removal_policy
 from infra.nag import acknowledge
 
 #: Key prefixes in the artifact bucket; the SageMaker role reads only these.
@@ -20,7 +21,7 @@ ADAPTER_PREFIX = "adapters/"
 class Storage(Construct):
     def __init__(self, scope: Construct, id: str, *, dep: Deployment) -> None:
         super().__init__(scope, id)
-        removal = RemovalPolicy.RETAIN if dep.env.deletion_protection else RemovalPolicy.DESTROY
+        removal = removal_policy(dep.env)
         self.key = kms.Key(
             self,
             "DataKey",

@@ -17,12 +17,17 @@ import redis
 log = logging.getLogger(__name__)
 
 
+def adapter_prefix(adapter: str) -> str:
+    """Every cached answer of one adapter starts with this (to drop them all at once)."""
+    return f"lora:v1:{adapter}:"
+
+
 def cache_key(adapter: str, version: str, base_revision: str, request: dict[str, Any]) -> str:
     normalized = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     digest = hashlib.sha256(
         f"{adapter}\0{version}\0{base_revision}\0{normalized}".encode()
     ).hexdigest()
-    return f"lora:v1:{adapter}:{digest}"
+    return adapter_prefix(adapter) + digest
 
 
 class ResponseCache:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import json
 import os
 import re
@@ -220,9 +221,11 @@ class LocalGateway:
         Published adapters get a new version for new weights, which changes the cache key; the
         local platform retrains in place, so it clears those adapters' keys itself.
         """
+        from lambda_proxy.cache import adapter_prefix
+
         n = 0
         for name in adapters:
-            keys = list(self.store.scan_iter(match=f"lora:v1:{name}:*"))
+            keys = list(self.store.scan_iter(match=adapter_prefix(name) + "*"))
             if keys:
                 n += self.store.delete(*keys)
         return n
@@ -274,7 +277,9 @@ def _catalog_view(gateway: LocalGateway) -> dict[str, Any]:
     return {"adapters": adapters, "tasks": tasks, "base": gateway.table.get("base_component")}
 
 
+@functools.cache
 def _samples(task: str, n: int = 5) -> list[str]:
+    """A few held-out inputs of the task (generated once per process: the page asks often)."""
     try:
         from training import datasets
     except ImportError:  # a gateway without the training extra shows no samples

@@ -78,14 +78,6 @@ def base_preset(dep: Deployment) -> str:
     return preset
 
 
-def expected_hyperparameters(dep: Deployment, name: str, max_steps: int | None) -> dict:
-    profile = dep.adapter(name).entry.profile()
-    hp = profile.model_dump(mode="json")
-    if max_steps is not None:
-        hp["max_steps"] = max_steps
-    return hp
-
-
 def cached_adapter(dep: Deployment, name: str, out: Path, base_manifest: dict,
                    max_steps: int | None) -> str | None:  # fmt: skip
     """Why the archive in ``out`` cannot be reused, or None when it can."""
@@ -103,7 +95,9 @@ def cached_adapter(dep: Deployment, name: str, out: Path, base_manifest: dict,
         base_manifest["tokenizer_sha256"],
     ):
         return "trained on another base"
-    if m.get("hyperparameters") != expected_hyperparameters(dep, name, max_steps):
+    from training.train import recorded_hyperparameters
+
+    if m.get("hyperparameters") != recorded_hyperparameters(entry.profile(), max_steps):
         return "hyperparameters changed"
     return None
 
@@ -270,8 +264,7 @@ def start_services(dep: Deployment, base_dir: Path, opts: Options) -> dict[str, 
     else:
         opts.log("[3/4] services: starting")
 
-    routing = state_dir / "routing_table.json"
-    routing.write_text(json.dumps(dep.routing_table(), indent=1, sort_keys=True) + "\n")
+    routing = write_routing_table(dep, state_dir)
     py = sys.executable
     base_env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1"}  # fmt: skip
@@ -340,11 +333,17 @@ def _reap(pid: int) -> None:
 # -- catalog -> components -------------------------------------------------------------------
 
 
+def write_routing_table(dep: Deployment, state_dir: Path) -> Path:
+    """The table the router ships with (``Deployment.routing_table()``), for the gateway."""
+    path = state_dir / "routing_table.json"
+    path.write_text(json.dumps(dep.routing_table(), indent=1, sort_keys=True) + "\n")
+    return path
+
+
 def declare_components(dep: Deployment, artifacts: dict[str, Path], opts: Options,
                        endpoint_url: str, gateway_url: str) -> list[dict[str, Any]]:  # fmt: skip
     """Tell the endpoint which adapter components exist and point the router at the table."""
-    routing = opts.state_dir / "routing_table.json"
-    routing.write_text(json.dumps(dep.routing_table(), indent=1, sort_keys=True) + "\n")
+    write_routing_table(dep, opts.state_dir)
     wanted = [{"component": a.component_name, "artifact": str(artifacts[a.name])}
               for a in dep.adapters]  # fmt: skip
     resp = httpx.put(f"{endpoint_url}/_local/components", json={"adapters": wanted},

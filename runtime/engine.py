@@ -140,6 +140,8 @@ class Engine:
         self.ctx = BatchContext()
         layers = inject(model, self.ctx)
         self.model = model
+        # Constant for the life of the server; GET /adapters and /metrics report it often.
+        self.weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
         eos = model.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if self.tokenizer.eos_token_id is not None:
@@ -208,9 +210,8 @@ class Engine:
         if probe is not None:
             used, total = probe
         else:
-            weights = sum(t.numel() * t.element_size() for t in self.model.parameters())
             slots = sum(r.nbytes for r in self.cache.records.values() if r.slot is not None)
-            used, total = weights + slots, host_total_bytes()
+            used, total = self.weight_bytes + slots, host_total_bytes()
         self.telemetry.device_memory.labels("used").set(used)
         self.telemetry.device_memory.labels("total").set(total)
         return {

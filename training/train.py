@@ -24,7 +24,7 @@ from typing import Any
 
 from transformers import PrinterCallback, TrainerCallback
 
-from config import CATALOG_PATH, ENVIRONMENTS_DIR, TARGET_MODULES, load_deployment
+from config import CATALOG_PATH, ENVIRONMENTS_DIR, TARGET_MODULES, TaskProfile, load_deployment
 from config.compat import tokenizer_sha256
 from training import datasets
 from training.evaluate import compare
@@ -39,6 +39,15 @@ class TrainResult:
     sha256: str
     manifest: dict[str, Any]
     seconds: float
+
+
+def recorded_hyperparameters(profile: TaskProfile, max_steps: int | None) -> dict[str, Any]:
+    """What the manifest records: the profile, with the steps actually asked for (a capped run
+    is not the profile's run). The local platform compares archives against this."""
+    hp = profile.model_dump(mode="json")
+    if max_steps is not None:
+        hp["max_steps"] = max_steps
+    return hp
 
 
 def precision() -> dict[str, bool]:
@@ -197,8 +206,7 @@ def train(
                 "dtype": base.dtype,
                 "quantization": "nf4" if qlora else base.quantization,
             },
-            # The steps actually asked for: a capped run is not the profile's run.
-            "hyperparameters": {**profile.model_dump(mode="json"), "max_steps": steps},
+            "hyperparameters": recorded_hyperparameters(profile, max_steps),
             "dataset": {
                 "task": split.task,
                 "seed": split.seed,

@@ -53,7 +53,7 @@ class Platform:
     state: Path
     artifacts: Path
     ports: dict[str, int]
-    first_up: subprocess.CompletedProcess
+    first_up: subprocess.CompletedProcess | None = None
 
     @property
     def gateway(self) -> str:
@@ -105,7 +105,6 @@ def platform(tmp_path_factory: pytest.TempPathFactory):
         root=root, catalog=root / "adapters.yaml", environments=root / "environments",
         state=root / "state", artifacts=root / "artifacts",
         ports={"gateway": free_port(), "endpoint": free_port(), "runtime": free_port()},
-        first_up=None,  # type: ignore[arg-type]
     )  # fmt: skip
     p.first_up = p.up()
     try:
