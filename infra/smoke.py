@@ -3,8 +3,10 @@
 An adapter inference component reports InService even when the container refused to register
 its artifact, so a deploy is checked by calling each adapter: one SigV4-signed request per
 catalog entry to ``POST /v1/adapters/NAME/generate``, sampled (so the response cache cannot
-answer for the component), printing status, latency and the component that served it. Exit 1
-when any adapter fails or is served by another component than its own.
+answer for the component), printing status, latency and the artifact that served it. The
+runtime answers with the artifact's own identity (its manifest's name and version, and its
+weights' sha256), since SageMaker does not document what adapter identifier it passes; exit 1
+when any adapter fails, or is served by an artifact other than its catalog name and version.
 
 The router's URL comes from the ``RouterUrl`` output of the ``PREFIX-router`` stack, or
 ``--url`` (which also points the check at the local platform's gateway).
@@ -30,6 +32,7 @@ from config import (
     Deployment,
     load_deployment,
 )
+from config.schema import Engine
 
 SMOKE_INPUT = "smoke test: reply with a few words"
 
@@ -37,15 +40,34 @@ SMOKE_INPUT = "smoke test: reply with a few words"
 @dataclass
 class Result:
     adapter: str
-    component: str
+    version: str
     status: int
     ms: float
-    served_by: str | None
+    artifact: dict[str, Any] | None
     detail: str
+    #: False where the engine reports no identity (AWS's LMI image): status alone decides.
+    identity_required: bool = True
+
+    @property
+    def served(self) -> str:
+        a = self.artifact or {}
+        if not a:
+            return "-"
+        sha = (a.get("sha256") or "")[:12]
+        return f"{a.get('name')}@{a.get('version')}" + (f" sha256:{sha}" if sha else "")
+
+    @property
+    def mismatch(self) -> str | None:
+        a = self.artifact or {}
+        if not a:
+            return "the container reported no artifact" if self.identity_required else None
+        if (a.get("name"), a.get("version")) != (self.adapter, self.version):
+            return f"expected {self.adapter}@{self.version}"
+        return None
 
     @property
     def ok(self) -> bool:
-        return self.status == 200 and self.served_by in (None, self.component)
+        return self.status == 200 and self.mismatch is None
 
 
 def router_url(dep: Deployment) -> str:
@@ -107,24 +129,25 @@ def invoke_all(dep: Deployment, url: str, timeout_s: float = 60.0) -> list[Resul
             if status == 200
             else str(answer.get("error") or answer.get("message") or answer)
         )
-        results.append(Result(a.name, a.component_name, status, ms, answer.get("served_by"),
-                              " ".join(detail.split())[:60]))  # fmt: skip
+        results.append(Result(a.name, a.entry.version, status, ms, answer.get("artifact"),
+                              " ".join(detail.split())[:60],
+                              identity_required=dep.env.engine is not Engine.lmi))  # fmt: skip
     return results
 
 
 def render(results: list[Result]) -> str:
     width = max([len(r.adapter) for r in results] + [7])
-    lines = [f"{'adapter':<{width}}  status  latency    served by / detail"]
+    lines = [f"{'adapter':<{width}}  status  latency    served artifact / detail"]
     for r in results:
         mark = "ok " if r.ok else "FAIL"
-        served = r.served_by or "-"
-        if r.status == 200 and not r.ok:
-            served += f" (expected {r.component})"
+        served = r.served
+        if r.status == 200 and r.mismatch:
+            served += f" ({r.mismatch})"
         lines.append(f"{r.adapter:<{width}}  {r.status:<6}  {r.ms:>7.0f} ms  {mark} {served}  "
                      f"{r.detail!r}")  # fmt: skip
     failed = [r for r in results if not r.ok]
-    lines.append(f"{len(results) - len(failed)}/{len(results)} adapters answered from their own "
-                 "component")  # fmt: skip
+    lines.append(f"{len(results) - len(failed)}/{len(results)} adapters answered with their "
+                 "catalog version")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -191,6 +191,8 @@ def _answer(adapter: str, version: str, result: dict[str, Any], cache: str, t0: 
         # The adapter identifier the container reports serving (SageMaker passes the adapter
         # component's name): a client or smoke check can see which component answered.
         "served_by": result.get("adapter"),
+        # The artifact the container reports serving (manifest name, version, weights sha256).
+        "artifact": result.get("artifact"),
         "usage": result.get("usage"),
         "timings_ms": {"router": round(total - model_ms, 3), "model": round(model_ms, 3),
                        "total": round(total, 3), "engine": result.get("timings_ms")},

@@ -6,6 +6,7 @@ defect. Nothing touches the model: a rejected adapter leaves the registry as it 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -63,6 +64,7 @@ class LoadedAdapter:
     targets: tuple[str, ...]
     weights: dict[str, tuple[torch.Tensor, torch.Tensor, float]] = field(repr=False)
     manifest: dict[str, Any] | None = None
+    identity: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def nbytes(self) -> int:
@@ -112,6 +114,46 @@ def _load_tensors(directory: Path) -> dict[str, torch.Tensor]:
         "adapter weights missing: neither adapter_model.safetensors nor adapter_model.bin "
         f"in {directory}"
     )
+
+
+def _sha256(path: Path) -> str:
+    # training.package has the same helper; the runtime ships alone, so it keeps its own.
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def artifact_identity(directory: Path, manifest: dict[str, Any] | None) -> dict[str, str | None]:
+    """What the artifact says it is (manifest ``name`` and ``version``) and the sha256 of its
+    weights, after checking every file hash the manifest records.
+
+    SageMaker does not document that the adapter identifier it sends equals the component's
+    name, so answers carry this identity instead: a smoke check compares it with the catalog.
+    """
+    recorded = (manifest or {}).get("files") or {}
+    if not isinstance(recorded, dict):
+        raise AdapterError("manifest.json 'files' must map file names to sha256")
+    for fname, digest in recorded.items():
+        path = directory / str(fname)
+        if "/" in str(fname) or fname in ("", ".", "..") or not path.is_file():
+            raise AdapterError(
+                f"manifest.json lists {str(fname)[:80]!r}, which is not in the artifact"
+            )
+        if _sha256(path) != digest:
+            raise AdapterError(f"{fname} does not match the sha256 manifest.json records")
+    weights = next((directory / f for f in ("adapter_model.safetensors", "adapter_model.bin")
+                    if (directory / f).is_file()), None)  # fmt: skip
+    sha = recorded.get(weights.name) if weights is not None else None
+    if weights is not None and sha is None:
+        sha = _sha256(weights)
+    m = manifest or {}
+    return {
+        "name": str(m["name"]) if m.get("name") is not None else None,
+        "version": str(m["version"]) if m.get("version") is not None else None,
+        "sha256": sha,
+    }
 
 
 def load_adapter(name: str, directory: Path, base: BaseIdentity) -> LoadedAdapter:
@@ -225,4 +267,5 @@ def load_adapter(name: str, directory: Path, base: BaseIdentity) -> LoadedAdapte
         targets=tuple(sorted({m.rsplit(".", 1)[-1] for m in weights})),
         weights=weights,
         manifest=manifest,
+        identity=artifact_identity(directory, manifest),
     )

@@ -45,6 +45,8 @@ class Record:
     last_used: float = 0.0
     last_load_ms: dict[str, float] = field(default_factory=dict)
     removed: bool = False
+    #: The artifact's own name, version and weights sha256 (``adapters.artifact_identity``).
+    identity: dict = field(default_factory=dict)
 
     @property
     def tier(self) -> str:
@@ -56,6 +58,7 @@ class Record:
         return {
             "name": self.name,
             "version": self.version,
+            "artifact": self.identity,
             "tier": self.tier,
             "pinned": self.pinned,
             "inflight": self.inflight,
@@ -133,7 +136,7 @@ class AdapterCache:
                 name=loaded.name, src=loaded.src, pinned=pin, version=loaded.version,
                 rank=loaded.rank, alpha=loaded.alpha, targets=loaded.targets,
                 nbytes=loaded.nbytes, host=loaded, last_used=time.monotonic(),
-                last_load_ms={},
+                last_load_ms={}, identity=dict(loaded.identity),
             )  # fmt: skip
             if old is not None:
                 self._retire(old)  # the new weights go in on next use

@@ -85,6 +85,9 @@ class GenRequest:
             "generated_text": self.text,
             "adapter": self.adapter,
             "adapter_version": self.record.version if self.record else None,
+            # What the container actually served: the artifact's manifest name and version and
+            # its weights' sha256 (None for the base model).
+            "artifact": self.record.identity if self.record else None,
             "finish_reason": self.finish_reason,
             "usage": {"input_tokens": len(self.input_ids), "output_tokens": len(self.output_ids)},
             "timings_ms": {k: round(v, 3) for k, v in self.timings.items()},

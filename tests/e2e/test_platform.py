@@ -49,6 +49,12 @@ def test_every_adapter_answers_through_the_gateway_from_its_own_component(platfo
             assert answer["adapter"] == a.name and answer["version"] == a.entry.version
             # What the container itself says it served: the adapter component of this entry.
             assert answer["served_by"] == a.component_name
+            # ... and the artifact's own identity, from its manifest.
+            assert (answer["artifact"]["name"], answer["artifact"]["version"]) == (
+                a.name,
+                a.entry.version,
+            )
+            assert len(answer["artifact"]["sha256"]) == 64
         assert client.post("/v1/adapters/no-such-adapter/generate", json=body).status_code == 404
         forbidden = client.post(f"/v1/adapters/{dep.adapters[0].name}/generate", json=body,
                                 headers={"X-Local-Tenant": "intruder"})  # fmt: skip
@@ -184,7 +190,8 @@ def test_the_smoke_check_invokes_every_adapter_through_the_router(platform) -> N
     dep = _deployment(platform)
     for a in dep.adapters:
         line = next(x for x in proc.stdout.splitlines() if x.startswith(a.name + " "))
-        assert " 200 " in line and f"ok  {a.component_name}" in line, line
+        # The artifact's own name and version (its manifest), as the catalog names them.
+        assert " 200 " in line and f"ok  {a.name}@{a.entry.version} sha256:" in line, line
     assert f"{len(dep.adapters)}/{len(dep.adapters)} adapters answered" in proc.stdout
 
 

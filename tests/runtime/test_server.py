@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import shutil
@@ -153,6 +154,12 @@ BROKEN = {
         "do not load",
     ),
     "dora": (_set_cfg(use_dora=True), "DoRA"),
+    # A manifest whose recorded hash is not the file's: the artifact was altered after packing.
+    "manifest-hash": (
+        lambda d: (d / "manifest.json").write_text(json.dumps(
+            {"name": "x", "version": "1", "files": {"adapter_model.safetensors": "0" * 64}})),
+        "does not match the sha256",
+    ),
     "wrong-shape": (
         lambda d: save_file(
             {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.zeros(4, 3),
@@ -244,3 +251,22 @@ def test_metrics_and_trace(server, adapters) -> None:
     assert any(e["event"] == "adapter_promote" and e["adapter"] == "m1" for e in events)
     assert all("latency_ms" in e for e in events if e["event"] == "adapter_promote")
     server.client.delete("/adapters/m1")
+
+
+def test_answers_carry_the_artifacts_own_identity(server, adapters, tmp_path) -> None:
+    d = tmp_path / "identified"
+    shutil.copytree(adapters["attn-r4"], d)
+    weights = hashlib.sha256((d / "adapter_model.safetensors").read_bytes()).hexdigest()
+    config = hashlib.sha256((d / "adapter_config.json").read_bytes()).hexdigest()
+    (d / "manifest.json").write_text(json.dumps({
+        "name": "claims-summary", "version": "2.1.0",
+        "files": {"adapter_model.safetensors": weights, "adapter_config.json": config}}))  # fmt: skip
+    # Registered under another identifier than the artifact's name, as SageMaker may do.
+    r = server.client.post("/adapters", json={"name": "ic-7f3a", "src": str(d)})
+    assert r.status_code == 200, r.text
+    out = _gen(server, "ic-7f3a")
+    assert out["artifact"] == {"name": "claims-summary", "version": "2.1.0", "sha256": weights}
+    listed = {a["name"]: a for a in server.client.get("/adapters").json()["adapters"]}
+    assert listed["ic-7f3a"]["artifact"]["version"] == "2.1.0"
+    assert _gen(server)["artifact"] is None  # the base model is no artifact
+    server.client.delete("/adapters/ic-7f3a")
