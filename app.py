@@ -4,10 +4,18 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from aws_cdk import App, Environment
 
-from config import CATALOG_PATH, PIPELINE_PATH, CatalogError, load_deployment, load_pipeline
+from config import (
+    CATALOG_PATH,
+    ENVIRONMENTS_DIR,
+    PIPELINE_PATH,
+    CatalogError,
+    load_deployment,
+    load_pipeline,
+)
 from config.plan import CapacityError
 from infra.nag import add_nag_packs
 from infra.stacks import build
@@ -39,8 +47,9 @@ def main() -> None:
         return
     env_name = app.node.try_get_context("env") or "dev"
     catalog = app.node.try_get_context("catalog") or CATALOG_PATH
+    environments = Path(app.node.try_get_context("environments_dir") or ENVIRONMENTS_DIR)
     try:
-        dep = load_deployment(env_name, catalog)
+        dep = load_deployment(env_name, catalog, environments)
         if not dep.env.deployable:
             print(
                 f"environment {env_name!r} runs on one machine only (deployable: false); "

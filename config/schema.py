@@ -30,10 +30,28 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ImageRef(_Strict):
-    """A container image in ECR: repository plus exactly one of tag or digest."""
+#: An ECR image address's registry part, then the repository name.
+ECR_REGISTRY_RE = re.compile(
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z]{2}(-[a-z]+)+-\d)\.amazonaws\.com(\.cn)?/"
+    r"(?P<name>.+)$"
+)
+#: ECR's own repositoryName rule (botocore's ecr service model, shape RepositoryName: 2 to 256
+#: characters of this pattern).
+ECR_REPOSITORY_RE = re.compile(
+    r"^(?=.{2,256}$)[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*$"
+)
 
-    repository: str = Field(min_length=2, max_length=256, pattern=r"^[a-z0-9][a-z0-9._/\-]*$")
+
+class ImageRef(_Strict):
+    """A container image in ECR: repository plus exactly one of tag or digest.
+
+    ``repository`` is either a bare repository name, which each environment creates in its own
+    registry as ``PREFIX/NAME`` (so dev and staging may share an account), or a full ECR
+    address ``ACCOUNT.dkr.ecr.REGION.amazonaws.com/NAME`` of a repository the platform does not
+    own (a central registry), used as it is.
+    """
+
+    repository: str = Field(min_length=2, max_length=320)
     tag: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
     digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
 
@@ -43,9 +61,32 @@ class ImageRef(_Strict):
             raise ValueError("give exactly one of 'tag' or 'digest'")
         return self
 
+    @field_validator("repository")
+    @classmethod
+    def _repository(cls, v: str) -> str:
+        m = ECR_REGISTRY_RE.match(v)
+        name = m["name"] if m else v
+        if not ECR_REPOSITORY_RE.match(name):
+            raise ValueError(
+                f"{v!r} is not an ECR repository name (lowercase letters, digits, '.', '_', '-' "
+                "and '/' between parts) nor ACCOUNT.dkr.ecr.REGION.amazonaws.com/NAME"
+            )
+        return v
+
     @property
     def reference(self) -> str:
+        """The suffix after the repository in an image URI: ``:TAG`` or ``@sha256:...``."""
         return f"@{self.digest}" if self.digest else f":{self.tag}"
+
+    @property
+    def external(self) -> re.Match[str] | None:
+        """The registry parts when ``repository`` is a full address of someone else's repository."""
+        return ECR_REGISTRY_RE.match(self.repository)
+
+    def repository_name(self, prefix: str) -> str:
+        """The repository's name in its registry: ``PREFIX/NAME`` for the environment's own."""
+        m = self.external
+        return m["name"] if m else f"{prefix.lower()}/{self.repository}"
 
 
 class Architecture(_Strict):
@@ -228,6 +269,11 @@ class ServingConfig(_Strict):
     vram_headroom: float = Field(default=0.85, gt=0.0, le=1.0)
     kv_cache_gb: float = Field(default=4.0, ge=0.0)
     startup_timeout_s: int = Field(default=900, ge=60, le=3600)
+    rollout_wait_s: int = Field(
+        default=300, ge=0, le=3600,
+        description="seconds a rolling update of the base component waits between copies, "
+        "watching the 5xx alarm",
+    )  # fmt: skip
     max_batch_size: int = Field(default=16, ge=1)
 
     @model_validator(mode="after")
@@ -359,6 +405,11 @@ class Environment(_Strict):
         description="bucket publish uploads to; default: derived from prefix, account, region",
     )
     deletion_protection: bool = True
+    allow_replacement: list[str] = Field(
+        default_factory=list,
+        description="stateful resources (LOGICAL_ID or STACK/LOGICAL_ID) a change may replace; "
+        "`make diff` fails on any other stateful replacement",
+    )
     deployable: bool = Field(
         default=True, description="false: runs on one machine only (the local platform)"
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import zlib
 
-from aws_cdk import Aws
+from aws_cdk import Aws, CfnWaitConditionHandle
 from aws_cdk import aws_sagemaker as sm
 from constructs import Construct
 
@@ -28,7 +28,10 @@ def shard_of(adapter_name: str) -> int:
 
 
 def shards(dep: Deployment) -> dict[int, list[ResolvedAdapter]]:
-    out: dict[int, list[ResolvedAdapter]] = {}
+    """Every shard, empty or not: a stack that left the app would never be deleted (neither
+    ``cdk deploy --all`` nor CDK Pipelines removes a stack that is no longer synthesized), so the
+    last adapter of a shard could not be removed from the account."""
+    out: dict[int, list[ResolvedAdapter]] = {i: [] for i in range(SHARD_COUNT)}
     for a in dep.adapters:
         out.setdefault(shard_of(a.name), []).append(a)
     for index, members in out.items():
@@ -62,6 +65,9 @@ class AdapterComponents(Construct):
     ):
         super().__init__(scope, id)
         self.components: dict[str, sm.CfnInferenceComponent] = {}
+        if not members:
+            # A template needs one resource; this one costs nothing and creates nothing.
+            CfnWaitConditionHandle(self, "EmptyShard")
         for a in members:
             self.components[a.name] = sm.CfnInferenceComponent(
                 self,

@@ -38,3 +38,18 @@ def add_nag_packs(app: App) -> None:
     Validations.of(app).add_plugins(
         AwsSolutionsChecks(app), HIPAASecurityChecks(app), NIST80053R5Checks(app)
     )
+
+
+def checkov_skip(resource: IConstruct, **checks: str) -> None:
+    """Suppress checkov checks on one CloudFormation resource, each with its reason.
+
+    checkov reads ``Metadata.checkov.skip`` of a resource (checkov docs, "Suppressing and
+    skipping policies": CloudFormation metadata ``checkov: skip: [{id, comment}]``).
+    """
+    for check, reason in checks.items():
+        if len(reason) < 40:
+            raise ValueError(f"checkov suppression {check} needs a real reason, got {reason!r}")
+    cfn = resource
+    existing = (cfn.get_metadata("checkov") or {}).get("skip", [])  # type: ignore[attr-defined]
+    skips = [*existing, *({"id": c, "comment": r} for c, r in checks.items())]
+    cfn.add_metadata("checkov", {"skip": skips})  # type: ignore[attr-defined]

@@ -8,6 +8,8 @@ promotion) through a metric filter on the endpoint's log group.
 
 from __future__ import annotations
 
+import itertools
+
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -19,7 +21,7 @@ from constructs import Construct
 
 from config import Deployment
 from infra.lifecycle import removal_policy
-from infra.serving import endpoint_log_group_name
+from infra.serving import container_log_groups
 
 NAMESPACE = "LoraFleet"
 ROUTER_SERVICE = "lora-router"
@@ -55,18 +57,24 @@ class Observability(Construct):
             self, "Alarms", display_name=f"{prefix} alarms", master_key=self.key, enforce_ssl=True
         )
 
-        endpoint_logs = logs.LogGroup.from_log_group_name(
-            self, "EndpointLogs", endpoint_log_group_name(dep.endpoint_name)
-        )
-        # The runtime's trace lines (one JSON line per promotion and eviction) as metrics.
-        for metric, event, value, unit in (
-            ("AdapterLoadLatency", "adapter_promote", "$.latency_ms", cw.Unit.MILLISECONDS),
-            ("AdapterEvictions", "adapter_evict", "1", None),
+        # The runtime's trace lines (one JSON line per promotion and eviction) as metrics, from
+        # the base component's container (adapter components run inside it); infra/serving.py
+        # says why there are two groups.
+        groups = [
+            logs.LogGroup.from_log_group_name(self, f"ContainerLogs{i}", name)
+            for i, name in enumerate(container_log_groups(dep))
+        ]
+        for (metric, event, value, unit), (i, group) in itertools.product(
+            (
+                ("AdapterLoadLatency", "adapter_promote", "$.latency_ms", cw.Unit.MILLISECONDS),
+                ("AdapterEvictions", "adapter_evict", "1", None),
+            ),
+            enumerate(groups),
         ):
             logs.MetricFilter(
                 self,
-                metric,
-                log_group=endpoint_logs,
+                f"{metric}{'' if i == 0 else 'Endpoint'}",
+                log_group=group,
                 filter_pattern=logs.FilterPattern.string_value("$.event", "=", event),
                 metric_namespace=NAMESPACE,
                 metric_name=metric,

@@ -2,14 +2,21 @@
 
 The production variant carries no ``ModelName``: the endpoint hosts inference components, the
 base IC owns the accelerator and runs the container, and each adapter IC (``adapters.py``)
-points at the base by name. Names are set explicitly because CloudFormation has no GetAtt for
-an IC's name (``Ref`` is its ARN) and adapter shards refer to the base by that name.
+points at the base by name. Component names are set explicitly because CloudFormation has no
+GetAtt for an IC's name (``Ref`` is its ARN) and adapter shards refer to the base by that name.
+
+The model is *not* named: every ``AWS::SageMaker::Model`` property is create-only
+(CloudFormation's resource schema, ``createOnlyProperties``), so a new image, base revision or
+``OPTION_*`` value replaces it, and CloudFormation cannot replace a resource whose name is fixed.
+The base component reads the generated name through ``GetAtt ModelName`` and rolls the new model
+across its copies (``DeploymentConfig``), rolling back on the endpoint's 5xx alarm.
 """
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Aws, Stack
+from aws_cdk import ArnFormat, Aws, Duration, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
@@ -23,17 +30,42 @@ from config import Deployment
 from config.plan import plan
 from config.schema import Engine
 from infra.lifecycle import removal_policy, retention
-from infra.nag import acknowledge
+from infra.nag import acknowledge, checkov_skip
 from infra.storage import ADAPTER_PREFIX, BASE_PREFIX
 
 VARIANT = "AllTraffic"
-#: AWS's LMI (DJL Serving + vLLM) image, used when an environment picks engine: lmi.
-LMI_IMAGE = "763104351884.dkr.ecr.{region}.amazonaws.com/djl-inference:0.33.0-lmi15.0.0-cu128"
+#: AWS's Large Model Inference image (DJL Serving + vLLM) for ``engine: lmi``, from AWS's
+#: deep-learning-containers registry account.
+LMI_ACCOUNT = "763104351884"
+LMI_REPOSITORY = "djl-inference"
+#: LMI V16 (DJL Serving 0.34.0) is the first release whose notes list "Multi-LoRA (adapters)"
+#: support (djl-serving ``serving/docs/lmi/release_notes.md``); V15 lists none.
+LMI_TAG = "0.34.0-lmi16.0.0-cu128"
+#: Namespace of the metrics SageMaker publishes per inference component (CloudWatch docs,
+#: "Amazon SageMaker AI metrics": inference component metrics).
+COMPONENT_METRICS_NAMESPACE = "/aws/sagemaker/InferenceComponents"
+
+
+def component_log_group_name(component_name: str) -> str:
+    """Where an inference component's container writes stdout (one stream per copy)."""
+    return f"/aws/sagemaker/InferenceComponents/{component_name}"
 
 
 def endpoint_log_group_name(endpoint_name: str) -> str:
-    """The group SageMaker writes the container's stdout to (one stream per instance/copy)."""
+    """The endpoint's group, which SageMaker's logging page documents for every endpoint."""
     return f"/aws/sagemaker/Endpoints/{endpoint_name}"
+
+
+def container_log_groups(dep: Deployment) -> list[str]:
+    """Both groups a container's lines may land in: components log to their own group, and
+    AWS's logging page still documents only the endpoint's; each is created encrypted with
+    retention, and the metric filters read both."""
+    return [component_log_group_name(dep.base_component_name),
+            endpoint_log_group_name(dep.endpoint_name)]  # fmt: skip
+
+
+def rollback_alarm_name(dep: Deployment) -> str:
+    return f"{dep.env.prefix}-endpoint-5xx-rollback"
 
 
 def container_environment(dep: Deployment) -> dict[str, str]:
@@ -64,6 +96,45 @@ def container_environment(dep: Deployment) -> dict[str, str]:
     return env
 
 
+class Image:
+    """The container image the model runs, and the ECR repository ARN its pull needs.
+
+    ``engine: runtime`` takes the catalog's image: the environment's own repository
+    (``PREFIX/NAME``, by name, so no cross-stack export) or an external ECR address as given.
+    ``engine: lmi`` takes AWS's LMI image, pulled from AWS's own registry account.
+    """
+
+    def __init__(self, scope: Construct, dep: Deployment) -> None:
+        stack = Stack.of(scope)
+        if dep.env.engine is Engine.lmi:
+            self.uri = (
+                f"{LMI_ACCOUNT}.dkr.ecr.{stack.region}.{Aws.URL_SUFFIX}/{LMI_REPOSITORY}:{LMI_TAG}"
+            )
+            self.repository_arn = stack.format_arn(
+                service="ecr", account=LMI_ACCOUNT, resource="repository",
+                resource_name=LMI_REPOSITORY,
+            )  # fmt: skip
+            return
+        ref = dep.base.image
+        if (m := ref.external) is not None:
+            self.uri = f"{ref.repository}{ref.reference}"
+            self.repository_arn = stack.format_arn(
+                service="ecr", account=m["account"], region=m["region"], resource="repository",
+                resource_name=m["name"],
+            )  # fmt: skip
+            return
+        repo = ecr.Repository.from_repository_name(
+            scope, "RuntimeRepository", ref.repository_name(dep.env.prefix)
+        )
+        # repository_uri_for_tag / _for_digest add the ':' or '@' themselves.
+        self.uri = (
+            repo.repository_uri_for_digest(ref.digest)
+            if ref.digest
+            else repo.repository_uri_for_tag(ref.tag)
+        )
+        self.repository_arn = repo.repository_arn
+
+
 class Serving(Construct):
     def __init__(
         self,
@@ -76,7 +147,6 @@ class Serving(Construct):
         security_group: ec2.ISecurityGroup,
         key: kms.IKey,
         bucket: s3.IBucket,
-        repository: ecr.IRepository,
     ) -> None:
         super().__init__(scope, id)
         env, s = dep.env, dep.env.serving
@@ -84,38 +154,39 @@ class Serving(Construct):
         self.endpoint_name = dep.endpoint_name
         self.base_component_name = dep.base_component_name
 
-        # Created here, before SageMaker would, to set retention and encryption on it.
-        self.log_group = logs.LogGroup(
-            self,
-            "EndpointLogs",
-            log_group_name=endpoint_log_group_name(self.endpoint_name),
-            retention=retention(env.observability.log_retention_days),
-            encryption_key=key,
-            removal_policy=removal_policy(env),
-        )  # fmt: skip
+        # Containers of an inference-component endpoint log to the component's group; it is
+        # created here, before SageMaker would, to set retention and encryption on it.
+        self.log_groups = [
+            logs.LogGroup(
+                self, construct_id, log_group_name=name,
+                retention=retention(env.observability.log_retention_days),
+                encryption_key=key, removal_policy=removal_policy(env),
+            )
+            for construct_id, name in zip(("BaseComponentLogs", "EndpointLogs"),
+                                          container_log_groups(dep), strict=True)
+        ]  # fmt: skip
         self.role = iam.Role(
             self,
             "ExecutionRole",
             assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
             description=f"{env.prefix}: SageMaker endpoint execution role",
         )
-        self.policy = execution_policy(self, stack, self.endpoint_name, key, bucket, repository)
+        self.image = Image(self, dep)
+        self.policy = execution_policy(
+            self, stack, container_log_groups(dep), key, bucket, self.image.repository_arn
+        )
         self.role.add_managed_policy(self.policy)
-        if env.engine is Engine.lmi:
-            image = LMI_IMAGE.format(region=Aws.REGION)
-        else:
-            image = repository.repository_uri_for_tag_or_digest(dep.base.image.reference)
         model_data = dep.base.model_data or bucket.s3_url_for_object(
             f"{BASE_PREFIX}{dep.base_key}/{dep.base.revision}/"
         )
+        # No ModelName, no VpcConfig, no EnableNetworkIsolation: see the module docstring; the
+        # VPC and isolation of an inference-component endpoint are the endpoint config's.
         self.model = sm.CfnModel(
             self,
             "Model",
-            model_name=f"{env.prefix}-model",
             execution_role_arn=self.role.role_arn,
-            enable_network_isolation=True,
             primary_container=sm.CfnModel.ContainerDefinitionProperty(
-                image=image,
+                image=self.image.uri,
                 model_data_source=sm.CfnModel.ModelDataSourceProperty(
                     s3_data_source=sm.CfnModel.S3DataSourceProperty(
                         s3_uri=model_data, s3_data_type="S3Prefix", compression_type="None"
@@ -123,18 +194,29 @@ class Serving(Construct):
                 ),
                 environment=container_environment(dep),
             ),
-            vpc_config=sm.CfnModel.VpcConfigProperty(
-                security_group_ids=[security_group.security_group_id],
-                subnets=vpc.select_subnets(subnet_type=subnets.subnet_type).subnet_ids,
-            ),
+        )
+        checkov_skip(
+            self.model,
+            CKV_AWS_370="The model is hosted by inference components, whose network isolation "
+            "is the endpoint config's EnableNetworkIsolation (set to true below), per "
+            "CreateEndpointConfig in SageMaker's API reference.",
         )
         # SageMaker checks the role's permissions when it creates the model.
         self.model.node.add_dependency(self.policy)
+        # CreateEndpointConfig's EnableNetworkIsolation and VpcConfig (botocore's sagemaker
+        # model): "whether all model containers deployed to the endpoint are isolated" and the
+        # VPC the hosted models reach. Every property here is create-only; the config has no
+        # fixed name, so a change makes a new config and updates the endpoint in place.
         self.endpoint_config = sm.CfnEndpointConfig(
             self,
             "EndpointConfig",
             execution_role_arn=self.role.role_arn,
             kms_key_id=key.key_arn,
+            enable_network_isolation=True,
+            vpc_config=sm.CfnEndpointConfig.VpcConfigProperty(
+                security_group_ids=[security_group.security_group_id],
+                subnets=vpc.select_subnets(subnet_type=subnets.subnet_type).subnet_ids,
+            ),
             production_variants=[
                 sm.CfnEndpointConfig.ProductionVariantProperty(
                     variant_name=VARIANT,
@@ -151,12 +233,40 @@ class Serving(Construct):
                 )
             ],
         )
-        self.endpoint_config.node.add_dependency(self.log_group)
+        self.endpoint_config.node.add_dependency(self.policy)
         self.endpoint = sm.CfnEndpoint(
             self,
             "Endpoint",
             endpoint_name=self.endpoint_name,
             endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
+        )
+        # The alarm a rolling update of the base component watches: any 5xx from the endpoint's
+        # containers during the rollout sends the copies back to the previous model.
+        self.rollback_alarm = cw.Alarm(
+            self,
+            "RollbackAlarm",
+            alarm_name=rollback_alarm_name(dep),
+            alarm_description="Rolls a base-component update back when the endpoint answers 5xx.",
+            metric=cw.Metric(
+                namespace="AWS/SageMaker", metric_name="Invocation5XXErrors", statistic="Sum",
+                dimensions_map={"EndpointName": self.endpoint_name, "VariantName": VARIANT},
+                period=Duration.minutes(1),
+            ),
+            threshold=1,
+            evaluation_periods=1,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+        )  # fmt: skip
+        for finding in ("HIPAA.Security-CloudWatchAlarmAction",
+                        "NIST.800.53.R5-CloudWatchAlarmAction"):  # fmt: skip
+            acknowledge(
+                self.rollback_alarm,
+                finding,
+                "SageMaker's rolling update reads this alarm's state to roll back; the "
+                "observability stack's endpoint 5xx alarm on the same metric notifies on-call.",
+            )
+        one_copy = sm.CfnInferenceComponent.InferenceComponentCapacitySizeProperty(
+            type="COPY_COUNT", value=1
         )
         self.base_component = sm.CfnInferenceComponent(
             self,
@@ -179,8 +289,24 @@ class Serving(Construct):
             runtime_config=sm.CfnInferenceComponent.InferenceComponentRuntimeConfigProperty(
                 copy_count=s.base_copies
             ),
-        )
+            # A new model (image, base revision, options) replaces copies one at a time, so
+            # the others keep serving; the 5xx alarm rolls the update back.
+            deployment_config=sm.CfnInferenceComponent.InferenceComponentDeploymentConfigProperty(
+                rolling_update_policy=sm.CfnInferenceComponent.InferenceComponentRollingUpdatePolicyProperty(
+                    maximum_batch_size=one_copy,
+                    rollback_maximum_batch_size=one_copy,
+                    wait_interval_in_seconds=s.rollout_wait_s,
+                    maximum_execution_timeout_in_seconds=rollout_timeout_s(dep),
+                ),
+                auto_rollback_configuration=sm.CfnInferenceComponent.AutoRollbackConfigurationProperty(
+                    alarms=[sm.CfnInferenceComponent.AlarmProperty(
+                        alarm_name=self.rollback_alarm.alarm_name)]
+                ),
+            ),
+        )  # fmt: skip
         self.base_component.add_resource_dependency(self.endpoint)
+        for group in self.log_groups:
+            self.base_component.node.add_dependency(group)
 
         target = appscaling.ScalableTarget(
             self,
@@ -199,15 +325,23 @@ class Serving(Construct):
         )
 
 
+def rollout_timeout_s(dep: Deployment) -> int:
+    """Room for every copy to download, start and pass its wait, within the schema's bounds
+    (``MaximumExecutionTimeoutInSeconds``: 600 to 28,800)."""
+    s = dep.env.serving
+    per_copy = 2 * s.startup_timeout_s + s.rollout_wait_s
+    return max(600, min(28800, per_copy * s.max_base_copies))
+
+
 def execution_policy(
     scope: Construct,
     stack: Stack,
-    endpoint_name: str,
+    log_groups: list[str],
     key: kms.IKey,
     bucket: s3.IBucket,
-    repository: ecr.IRepository,
+    repository_arn: str,
 ) -> iam.ManagedPolicy:
-    """Read the base and adapter prefixes, pull this repository, write this endpoint's logs."""
+    """Read the base and adapter prefixes, pull the image, write the base component's logs."""
     policy = iam.ManagedPolicy(
         scope,
         "ExecutionPolicy",
@@ -238,28 +372,29 @@ def execution_policy(
                     "ecr:GetDownloadUrlForLayer",
                     "ecr:BatchCheckLayerAvailability",
                 ],
-                resources=[repository.repository_arn],
+                resources=[repository_arn],
             ),
             iam.PolicyStatement(
                 sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]
             ),
             iam.PolicyStatement(
-                sid="EndpointLogs",
+                sid="ContainerLogs",
                 actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
                 resources=[
                     stack.format_arn(
                         service="logs",
                         resource="log-group",
-                        resource_name=f"/aws/sagemaker/Endpoints/{endpoint_name}:*",
+                        resource_name=f"{group}:*",
                         arn_format=ArnFormat.COLON_RESOURCE_NAME,
                     )
+                    for group in log_groups
                 ],
             ),
             iam.PolicyStatement(
-                sid="EndpointMetrics",
+                sid="ComponentMetrics",
                 actions=["cloudwatch:PutMetricData"],
                 resources=["*"],
-                conditions={"StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/Endpoints"}},
+                conditions={"StringEquals": {"cloudwatch:namespace": COMPONENT_METRICS_NAMESPACE}},
             ),
             iam.PolicyStatement(
                 sid="VpcNetworkInterfaces",
@@ -288,9 +423,12 @@ def execution_policy(
         "prefix: the base weights, whose keys depend on the model revision.",
         f"AwsSolutions-IAM5[Resource::{bucket_arn}/adapters/*]": "Objects under the "
         "adapters/ prefix: one archive per adapter version, added without redeploying.",
-        f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:{stack.region}:<AWS::AccountId>:"
-        f"log-group:/aws/sagemaker/Endpoints/{endpoint_name}:*]": "The endpoint's own log "
-        "group; SageMaker names its streams per instance and component at run time.",
+        **{
+            f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:{stack.region}:"
+            f"<AWS::AccountId>:log-group:{group}:*]": "Streams of this endpoint's own log "
+            "group; SageMaker names them per instance and copy at run time."
+            for group in log_groups
+        },
     }
     for finding, reason in reasons.items():
         acknowledge(policy, finding, reason)

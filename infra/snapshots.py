@@ -31,11 +31,15 @@ class SynthError(RuntimeError):
     pass
 
 
-def synth(env: str, outdir: Path, catalog: Path | None = None) -> dict[str, dict]:
+def synth(
+    env: str, outdir: Path, catalog: Path | None = None, environments_dir: Path | None = None
+) -> dict[str, dict]:
     """Run ``app.py`` for one environment into ``outdir``; templates by stack name."""
     context = json.loads((ROOT / "cdk.json").read_text())["context"] | {"env": env}
     if catalog is not None:
         context["catalog"] = str(catalog)
+    if environments_dir is not None:
+        context["environments_dir"] = str(environments_dir)
     proc = subprocess.run(
         [sys.executable, str(ROOT / "app.py")],
         cwd=ROOT,

@@ -1,5 +1,7 @@
 """Stacks per environment, in deploy order.
 
+``lora-fleet-account`` (API Gateway's account-wide logging role, shared by every environment of
+an account and region) ->
 ``PREFIX-stateful`` (key, buckets, repository) -> ``PREFIX-network`` -> ``PREFIX-cache``
 (stateful too, kept apart because it lives in the VPC) -> ``PREFIX-serving`` (endpoint and base
 component) -> ``PREFIX-adapters-NN`` shards -> ``PREFIX-router`` -> ``PREFIX-observability``.
@@ -13,6 +15,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from config import Deployment
+from infra.account import ACCOUNT_STACK, ApiGatewayAccount
 from infra.adapters import AdapterComponents, artifact_bucket_name, shards
 from infra.cache import ResponseCacheCluster
 from infra.network import Network
@@ -28,6 +31,14 @@ class EnvironmentStack(Stack):
 
     def __init__(self, scope: Construct, id: str, **kw) -> None:
         super().__init__(scope, id, stack_name=id, **kw)
+
+
+class AccountStack(EnvironmentStack):
+    """Account-wide settings; identical for every environment, so never tagged per environment."""
+
+    def __init__(self, scope: Construct, id: str, **kw) -> None:
+        super().__init__(scope, id, **kw)
+        self.api_gateway = ApiGatewayAccount(self, "ApiGateway")
 
 
 class StatefulStack(EnvironmentStack):
@@ -125,7 +136,6 @@ class ServingStack(EnvironmentStack):
             key=st.key,
             # By name, not by reference: the name is deterministic, so no export is needed.
             bucket=s3.Bucket.from_bucket_name(self, "ArtifactsByName", artifact_bucket_name(dep)),
-            repository=st.repository,
         )
 
 
@@ -140,6 +150,7 @@ def build(app: Construct, dep: Deployment) -> list[Stack]:
     env = Environment(account=dep.env.account, region=dep.env.region)
     p = dep.env.prefix
     protect = dep.env.deletion_protection
+    account = AccountStack(app, ACCOUNT_STACK, env=env, termination_protection=True)
     stateful = StatefulStack(app, f"{p}-stateful", dep=dep, env=env, termination_protection=protect)
     network = NetworkStack(app, f"{p}-network", dep=dep, stateful=stateful, env=env)
     cache = CacheStack(
@@ -162,14 +173,18 @@ def build(app: Construct, dep: Deployment) -> list[Stack]:
         app, f"{p}-router", dep=dep, stateful=stateful, network=network, cache=cache, env=env
     )
     router.add_stack_dependency(serving, "the router invokes the endpoint")
+    router.add_stack_dependency(account, "API Gateway logs through the account's role")
     observability = ObservabilityStack(app, f"{p}-observability", dep=dep, env=env)
     observability.add_stack_dependency(router, "alarms watch the router's API and function")
-    observability.add_stack_dependency(serving, "a metric filter reads the endpoint log group")
+    observability.add_stack_dependency(
+        serving, "metric filters read the base component's log group"
+    )
     stacks += [router, observability]
+    Tags.of(account).add("project", "lora-fleet")
     for stack in stacks:
         for key, value in (("project", "lora-fleet"), ("environment", dep.env.name)):
             # Adapter components carry exactly the four properties of the adapter contract.
             Tags.of(stack).add(
                 key, value, exclude_resource_types=["AWS::SageMaker::InferenceComponent"]
             )
-    return stacks
+    return [account, *stacks]

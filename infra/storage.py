@@ -10,8 +10,9 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from config import Deployment
+from config.schema import Engine
 from infra.lifecycle import removal_policy
-from infra.nag import acknowledge
+from infra.nag import acknowledge, checkov_skip
 
 #: Key prefixes in the artifact bucket; the SageMaker role reads only these.
 BASE_PREFIX = "base/"
@@ -59,6 +60,12 @@ class Storage(Construct):
             removal_policy=removal,
             auto_delete_objects=False,
         )
+        checkov_skip(
+            self.access_logs.node.default_child,
+            CKV_AWS_18="This bucket is the target of the artifact bucket's server access logs and "
+            "the VPC flow logs; logging it would need another bucket, whose logs would need "
+            "another in turn.",
+        )
         # cdk-nag recognizes a bucket that receives server access logs, so S1 and the packs'
         # logging rules do not fire on it; only encryption and replication need a reason.
         for finding in (
@@ -94,10 +101,16 @@ class Storage(Construct):
                     "Single-region platform: artifacts are reproducible from the catalog and "
                     "training code, and versioning keeps every published adapter.",
                 )
+        # The catalog's image repository, in this environment's namespace (``PREFIX/NAME``);
+        # none when the image lives elsewhere (an external ECR address, or AWS's LMI image).
+        image = dep.base.image
+        self.repository: ecr.Repository | None = None
+        if dep.env.engine is Engine.lmi or image.external:
+            return
         self.repository = ecr.Repository(
             self,
             "RuntimeImages",
-            repository_name=f"{dep.env.prefix}-runtime",
+            repository_name=image.repository_name(dep.env.prefix),
             image_scan_on_push=True,
             image_tag_mutability=ecr.TagMutability.IMMUTABLE,
             encryption=ecr.RepositoryEncryption.KMS,

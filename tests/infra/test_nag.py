@@ -22,6 +22,8 @@ pytestmark = pytest.mark.synth
 ALL = ("dev", "prod", "staging")
 SERVING_POLICY = "PREFIX-serving/Serving/ExecutionPolicy"
 ROUTER_POLICY = "PREFIX-router/Router/Policy"
+#: AwsCustomResource's shared provider function (a SingletonFunction with a fixed uuid).
+PROVIDER = "AWS679f53fac002430cb0da5b7982bd2287"
 ARTIFACT_BUCKET = "arn:<AWS::Partition>:s3:::PREFIX-artifacts-<AWS::AccountId>-<AWS::Region>"
 
 REVIEWED: dict[tuple[str, str], tuple[str, ...]] = {
@@ -39,11 +41,30 @@ REVIEWED: dict[tuple[str, str], tuple[str, ...]] = {
     ("PREFIX-network/Network/EndpointsSg", "NIST.800.53.R5-EC2RestrictedSSH"): ALL,
     # IAM-signed API (no Cognito), caching in ElastiCache, Lambda proxy backend.
     ("PREFIX-router/Router/Api", "AwsSolutions-COG4"): ALL,
+    # API Gateway's account-wide logging role, once per account and region, AWS's own policy.
     (
-        "PREFIX-router/Router/Api",
+        "lora-fleet-account/ApiGateway/CloudWatchRole",
         "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:"
         "policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]",
     ): ALL,
+    # The S3 prefix-list lookup (AwsCustomResource): a read-only call with no resource form,
+    # and the construct library's provider function, run by CloudFormation at deploy time.
+    ("PREFIX-network/Network/S3PrefixList", "HIPAA.Security-IAMNoInlinePolicy"): ALL,
+    ("PREFIX-network/Network/S3PrefixList", "NIST.800.53.R5-IAMNoInlinePolicy"): ALL,
+    ("PREFIX-network/Network/S3PrefixList", "AwsSolutions-IAM5[Resource::*]"): ALL,
+    (
+        f"PREFIX-network/{PROVIDER}",
+        "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:"
+        "policy/service-role/AWSLambdaBasicExecutionRole]",
+    ): ALL,
+    **{
+        (f"PREFIX-network/{PROVIDER}", f"{pack}-{rule}"): ALL
+        for pack in ("HIPAA.Security", "NIST.800.53.R5")
+        for rule in ("LambdaConcurrency", "LambdaDLQ", "LambdaInsideVPC")
+    },
+    # The rollback alarm is read by SageMaker's rolling update; paging is observability's.
+    ("PREFIX-serving/Serving/RollbackAlarm", "HIPAA.Security-CloudWatchAlarmAction"): ALL,
+    ("PREFIX-serving/Serving/RollbackAlarm", "NIST.800.53.R5-CloudWatchAlarmAction"): ALL,
     ("PREFIX-router/Router/Api", "HIPAA.Security-APIGWCacheEnabledAndEncrypted"): ALL,
     ("PREFIX-router/Router/Api", "HIPAA.Security-APIGWSSLEnabled"): ALL,
     ("PREFIX-router/Router/Api", "NIST.800.53.R5-APIGWCacheEnabledAndEncrypted"): ALL,
@@ -59,6 +80,11 @@ REVIEWED: dict[tuple[str, str], tuple[str, ...]] = {
         "<AWS::AccountId>:inference-component/PREFIX-*]",
     ): ALL,
     (SERVING_POLICY, "AwsSolutions-IAM5[Resource::*]"): ALL,
+    (
+        SERVING_POLICY,
+        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:us-east-1:"
+        "<AWS::AccountId>:log-group:/aws/sagemaker/InferenceComponents/PREFIX-base:*]",
+    ): ALL,
     (
         SERVING_POLICY,
         "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:us-east-1:"

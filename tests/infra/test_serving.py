@@ -1,0 +1,153 @@
+"""The serving stack as CloudFormation and SageMaker will read it: the image address, a model
+CloudFormation can replace, a rolling base component, the endpoint's own network fields, logs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from infra.serving import LMI_ACCOUNT, LMI_REPOSITORY, component_log_group_name
+from tests.infra.conftest import resolve, resources
+
+pytestmark = pytest.mark.synth
+
+#: An ECR image address: registry host, repository (ECR's RepositoryName rule), tag or digest.
+ECR_IMAGE = re.compile(
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z]{2}(-[a-z]+)+-\d)\.amazonaws\.com/"
+    r"(?P<repo>[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*)"
+    r"(?P<ref>:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})$"
+)
+DIGEST = "sha256:" + "ab" * 32
+
+
+def _model(templates: dict) -> dict:
+    (model,) = resources(templates["lora-dev-serving"], "AWS::SageMaker::Model").values()
+    return model["Properties"]
+
+
+def _policy_statements(templates: dict) -> list[dict]:
+    (policy,) = [
+        r
+        for lid, r in resources(templates["lora-dev-serving"], "AWS::IAM::ManagedPolicy").items()
+        if "ExecutionPolicy" in lid
+    ]
+    return policy["Properties"]["PolicyDocument"]["Statement"]
+
+
+def _set_image(**image):
+    def edit(cat: dict) -> None:
+        cat["base_models"]["qwen3-4b"]["image"] = image
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("image", "ref"),
+    [
+        ({"repository": "lora-runtime", "tag": "0.1.0"}, ":0.1.0"),
+        ({"repository": "lora-runtime", "digest": DIGEST}, "@" + DIGEST),
+    ],
+    ids=["tag", "digest"],
+)
+def test_the_runtime_image_address_is_an_ecr_uri_in_the_catalogs_repository(
+    synth_edited, image, ref
+) -> None:
+    templates = synth_edited(catalog=_set_image(**image))
+    uri = resolve(_model(templates)["PrimaryContainer"]["Image"], templates=templates)
+    m = ECR_IMAGE.match(uri)
+    assert m, f"not an ECR image URI: {uri!r}"
+    assert (m["account"], m["region"], m["repo"], m["ref"]) == (
+        "123456789012",
+        "us-east-1",
+        "lora-dev/lora-runtime",
+        ref,
+    )
+    # The repository the environment creates is the one the address names.
+    (repo,) = resources(templates["lora-dev-stateful"], "AWS::ECR::Repository").values()
+    assert repo["Properties"]["RepositoryName"] == "lora-dev/lora-runtime"
+    assert repo["Properties"]["ImageTagMutability"] == "IMMUTABLE"
+
+
+def test_an_external_repository_is_used_as_given_with_pull_permission_on_it(synth_edited) -> None:
+    external = "210987654321.dkr.ecr.us-west-2.amazonaws.com/platform/lora-runtime"
+    templates = synth_edited(catalog=_set_image(repository=external, tag="2.0.1"))
+    assert resolve(_model(templates)["PrimaryContainer"]["Image"]) == f"{external}:2.0.1"
+    pull = next(s for s in _policy_statements(templates) if s.get("Sid") == "PullRuntimeImage")
+    assert resolve(pull["Resource"]) == (
+        "arn:aws:ecr:us-west-2:210987654321:repository/platform/lora-runtime"
+    )
+    assert not resources(templates["lora-dev-stateful"], "AWS::ECR::Repository")
+
+
+def test_the_lmi_engine_pulls_awss_image_with_permission_on_that_repository(synth_edited) -> None:
+    def lmi(env: dict) -> None:
+        env["engine"] = "lmi"
+
+    templates = synth_edited(environment=lmi)
+    uri = resolve(_model(templates)["PrimaryContainer"]["Image"], templates=templates)
+    m = ECR_IMAGE.match(uri)
+    assert m, uri
+    assert (m["account"], m["repo"]) == (LMI_ACCOUNT, LMI_REPOSITORY)
+    pull = next(s for s in _policy_statements(templates) if s.get("Sid") == "PullRuntimeImage")
+    assert resolve(pull["Resource"]) == (
+        f"arn:aws:ecr:us-east-1:{LMI_ACCOUNT}:repository/{LMI_REPOSITORY}"
+    )
+    assert set(pull["Action"]) >= {"ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"}
+
+
+def test_the_model_has_no_fixed_name_and_the_base_component_rolls_copies(dev_templates) -> None:
+    serving = dev_templates["lora-dev-serving"]
+    (model_id,) = resources(serving, "AWS::SageMaker::Model")
+    assert "ModelName" not in serving["Resources"][model_id]["Properties"]
+    (base,) = [
+        r["Properties"] for r in resources(serving, "AWS::SageMaker::InferenceComponent").values()
+    ]
+    assert base["Specification"]["ModelName"] == {"Fn::GetAtt": [model_id, "ModelName"]}
+    policy = base["DeploymentConfig"]["RollingUpdatePolicy"]
+    assert policy["MaximumBatchSize"] == {"Type": "COPY_COUNT", "Value": 1}
+    assert policy["RollbackMaximumBatchSize"] == {"Type": "COPY_COUNT", "Value": 1}
+    assert 600 <= policy["MaximumExecutionTimeoutInSeconds"] <= 28800
+    (alarm,) = base["DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]
+    # A Ref to an alarm of this stack: created before the component, by name at run time.
+    watched = serving["Resources"][alarm["AlarmName"]["Ref"]]["Properties"]
+    assert watched["MetricName"] == "Invocation5XXErrors"
+    assert {"Name": "EndpointName", "Value": "lora-dev-endpoint"} in watched["Dimensions"]
+
+
+def test_network_isolation_and_vpc_are_the_endpoint_configs_fields(dev_templates) -> None:
+    serving = dev_templates["lora-dev-serving"]
+    (cfg,) = resources(serving, "AWS::SageMaker::EndpointConfig").values()
+    props = cfg["Properties"]
+    assert props["EnableNetworkIsolation"] is True
+    assert props["VpcConfig"]["SecurityGroupIds"] and props["VpcConfig"]["Subnets"]
+    (model,) = resources(serving, "AWS::SageMaker::Model").values()
+    assert "VpcConfig" not in model["Properties"]
+    assert "EnableNetworkIsolation" not in model["Properties"]
+
+
+def test_the_base_components_log_group_metrics_and_filters(dev_templates) -> None:
+    group = component_log_group_name("lora-dev-base")
+    assert group == "/aws/sagemaker/InferenceComponents/lora-dev-base"
+    serving = dev_templates["lora-dev-serving"]
+    groups = {g["Properties"]["LogGroupName"]: g["Properties"]
+              for g in resources(serving, "AWS::Logs::LogGroup").values()}  # fmt: skip
+    assert group in groups
+    for props in groups.values():
+        assert "KmsKeyId" in props and props["RetentionInDays"] >= 30
+    statements = {
+        s["Sid"]: s
+        for s in resources(serving, "AWS::IAM::ManagedPolicy")[
+            next(k for k in resources(serving, "AWS::IAM::ManagedPolicy") if "Execution" in k)
+        ]["Properties"]["PolicyDocument"]["Statement"]
+    }
+    log_arns = resolve(statements["ContainerLogs"]["Resource"])
+    assert f"arn:aws:logs:us-east-1:123456789012:log-group:{group}:*" in log_arns
+    metrics = statements["ComponentMetrics"]
+    assert metrics["Condition"] == {
+        "StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/InferenceComponents"}
+    }
+    filters = resources(dev_templates["lora-dev-observability"], "AWS::Logs::MetricFilter")
+    assert group in {f["Properties"]["LogGroupName"] for f in filters.values()}
+    (component,) = resources(serving, "AWS::SageMaker::InferenceComponent")
+    assert any("Logs" in d for d in serving["Resources"][component].get("DependsOn", []))
