@@ -128,8 +128,18 @@ def build_trainer(adapter: str, env: str, role: str, *, session: Any, bucket: st
     )
 
 
-def launch(adapter: str, env: str, role: str, *, dry_run: bool, account: str = "123456789012",
-           bucket: str | None = None) -> dict[str, Any] | None:  # fmt: skip
+def launch(
+    adapter: str,
+    env: str,
+    role: str,
+    *,
+    dry_run: bool,
+    account: str = "123456789012",
+    bucket: str | None = None,
+    wait: bool = True,
+) -> dict[str, Any] | str | None:
+    """Start the adapter's training job. A dry run returns the CreateTrainingJob request; a
+    waited-for job returns the S3 URI of its output (``model.tar.gz`` holding ``NAME.tar.gz``)."""
     dep = load_deployment(env)
     bucket = (
         bucket
@@ -146,10 +156,27 @@ def launch(adapter: str, env: str, role: str, *, dry_run: bool, account: str = "
             session = boto3.Session(region_name=dep.env.region)
         trainer = build_trainer(adapter, env, role, session=session, bucket=bucket, source=source)
         try:
-            trainer.train(wait=not dry_run, logs=not dry_run)
+            trainer.train(wait=wait and not dry_run, logs=wait and not dry_run)
         except DryRunComplete as done:
             return done.request
-    return None
+    if not wait:
+        return None
+    # The job the trainer just ran is the newest of its base name; its own record says where
+    # the output went.
+    sm = session.client("sagemaker")
+    (job,) = sm.list_training_jobs(
+        NameContains=trainer.base_job_name,
+        SortBy="CreationTime",
+        SortOrder="Descending",
+        MaxResults=1,
+    )["TrainingJobSummaries"]
+    described = sm.describe_training_job(TrainingJobName=job["TrainingJobName"])
+    if described["TrainingJobStatus"] != "Completed":
+        raise RuntimeError(
+            f"training job {job['TrainingJobName']} ended "
+            f"{described['TrainingJobStatus']}: {described.get('FailureReason')}"
+        )
+    return described["ModelArtifacts"]["S3ModelArtifacts"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,8 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     for name in args.adapter:
         request = launch(name, args.env, args.role, dry_run=args.dry_run, bucket=args.bucket)
-        if request is not None:
+        if isinstance(request, dict):
             print(json.dumps(request, indent=2, default=str))
+        elif request is not None:
+            print(f"{name}: {request}")
     return 0
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from config import load_deployment
-from config.loader import CATALOG_PATH
+from config.loader import CATALOG_PATH, ENVIRONMENTS_DIR
 from config.writer import set_artifact
 from training.package import PackageError, read_manifest, sha256_file
 
@@ -22,13 +22,20 @@ class PublishError(ValueError):
     pass
 
 
-def check(archive: Path, adapter: str, env: str) -> dict[str, Any]:
+def check(
+    archive: Path,
+    adapter: str,
+    env: str,
+    *,
+    catalog: Path = CATALOG_PATH,
+    environments_dir: Path = ENVIRONMENTS_DIR,
+) -> dict[str, Any]:
     """Every gate a publish passes; returns the manifest."""
     try:
         manifest = read_manifest(archive)
     except (PackageError, OSError) as exc:
         raise PublishError(str(exc)) from None
-    dep = load_deployment(env)
+    dep = load_deployment(env, catalog, environments_dir)
     entry = dep.adapter(adapter).entry
     if manifest.get("name") != adapter:
         raise PublishError(f"archive is adapter {manifest.get('name')!r}, not {adapter!r}")
@@ -62,9 +69,24 @@ def publish(
     bucket: str | None = None,
     s3: Any = None,
     catalog: Path = CATALOG_PATH,
+    environments_dir: Path = ENVIRONMENTS_DIR,
+    record_uri: bool = True,
+    kms_key: str | None = None,
 ) -> str:
-    manifest = check(archive, adapter, env)
-    dep = load_deployment(env)
+    """Gate, upload (SSE-KMS, with the archive's sha256 as metadata), record in the catalog.
+
+    ``record_uri=False`` records only the hash: the URI stays the one each environment derives
+    from its own bucket, so one catalog serves every environment (what ``make release`` does).
+    """
+    manifest = check(archive, adapter, env, catalog=catalog, environments_dir=environments_dir)
+    dep = load_deployment(env, catalog, environments_dir)
+    entry = dep.adapter(adapter).entry
+    digest = sha256_file(archive)
+    if entry.sha256 and entry.sha256 != digest:
+        raise PublishError(
+            f"archive sha256 {digest[:12]}... is not the one the catalog pins for {adapter!r} "
+            f"({entry.sha256[:12]}...); bump the entry's version for a new archive"
+        )
     if bucket is None:
         bucket = dep.env.artifact_bucket
     if bucket is None:
@@ -73,16 +95,16 @@ def publish(
         account = boto3.client("sts").get_caller_identity()["Account"]
         bucket = f"{dep.env.prefix}-artifacts-{account}-{dep.env.region}"
     key = f"adapters/{adapter}/{manifest['version']}/adapter.tar.gz"
-    digest = sha256_file(archive)
     if s3 is None:
         import boto3
 
         s3 = boto3.client("s3", region_name=dep.env.region)
+    kms = {"SSEKMSKeyId": kms_key} if kms_key else {}
     with archive.open("rb") as body:
         s3.put_object(Bucket=bucket, Key=key, Body=body, ServerSideEncryption="aws:kms",
-                      Metadata={"sha256": digest})  # fmt: skip
+                      Metadata={"sha256": digest}, **kms)  # fmt: skip
     uri = f"s3://{bucket}/{key}"
-    set_artifact(adapter, uri, digest, catalog)
+    set_artifact(adapter, uri if record_uri else None, digest, catalog)
     return uri
 
 

@@ -1,0 +1,488 @@
+"""``make release ENV=NAME`` (``python -m infra.release --env NAME``): a first deploy, or any later
+one, in the only order that works, each step skipped when it is already done.
+
+A plain ``cdk deploy --all`` creates the repository and the bucket and then, at once, the model
+and the components that need an image, base weights and adapter archives nobody has put there.
+This command does the steps in order:
+
+1. ``stacks``   deploy the account, stateful and network stacks (repository, bucket, key, VPC);
+2. ``image``    build the runtime image for linux/amd64 and push it under the catalog's tag (an
+                immutable tag that exists is never pushed again; a digest must already exist);
+3. ``weights``  stage the base weights: the pinned revision from the Hugging Face Hub (weights,
+                config and tokenizer files only), uploaded with SSE-KMS under the base prefix, with
+                the tokenizer sha256 checked against the catalog, or written into it when unpinned;
+4. ``adapters`` make every adapter archive present: upload an existing one through
+                ``training.publish``'s gates, or train it (``training.launch``) and publish that;
+5. ``deploy``   deploy every other stack;
+6. ``smoke``    invoke every adapter once through the router (``infra.smoke``).
+
+``--dry-run`` prints each step as done or missing and changes nothing. Every outside tool
+(docker, the CDK CLI, the hub, training jobs, the smoke check) is reached through ``Tools``, which
+the tests replace; AWS is reached through one boto3 session (moto in the tests).
+
+This is the one module of ``infra`` that drives ``training`` (its publish gates, its job launcher
+and its archive hashing): a release stages what training produced. The CDK app never imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from config import CATALOG_PATH, ENVIRONMENTS_DIR, Deployment, load_deployment
+from config.compat import TOKENIZER_FILES, tokenizer_sha256
+from config.schema import Engine
+from infra.storage import ADAPTER_PREFIX, BASE_PREFIX
+from training.package import sha256_file
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Files of a hub snapshot the runtime loads: weights, configs, tokenizer (never code or docs).
+BASE_FILES = ["*.safetensors", "*.safetensors.index.json", "config.json",
+              "generation_config.json", "tokenizer.model", *TOKENIZER_FILES]  # fmt: skip
+#: Written last under the base prefix: the staged files and their hashes. Its presence is what
+#: "the weights are staged" means, so an interrupted upload is redone.
+BASE_MANIFEST = "release-manifest.json"
+STABLE = {"CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE", "IMPORT_COMPLETE"}
+STEPS = ("stacks", "image", "weights", "adapters", "deploy", "smoke")
+
+
+class ReleaseError(RuntimeError):
+    pass
+
+
+class Tools:
+    """Everything outside this process and AWS's APIs. The tests pass a recording stand-in."""
+
+    def run(self, argv: list[str], *, input: str | None = None) -> None:
+        print("  $ " + " ".join(a if len(a) < 80 else a[:77] + "..." for a in argv), flush=True)
+        proc = subprocess.run(argv, cwd=ROOT, input=input, text=True, check=False)
+        if proc.returncode != 0:
+            raise ReleaseError(f"{argv[0]} {argv[1] if len(argv) > 1 else ''} failed "
+                               f"(exit {proc.returncode})")  # fmt: skip
+
+    def download_base(self, repo_id: str, revision: str, dest: Path) -> Path:
+        from huggingface_hub import snapshot_download  # weights, config, tokenizer only
+
+        return Path(snapshot_download(repo_id=repo_id, revision=revision, local_dir=dest,
+                                      allow_patterns=BASE_FILES))  # fmt: skip
+
+    def train(self, adapter: str, env: str, role: str) -> str:
+        """Run the adapter's SageMaker training job; the S3 URI of its output model.tar.gz."""
+        from training.launch import launch
+
+        return launch(adapter, env, role, dry_run=False, wait=True)  # type: ignore[return-value]
+
+    def smoke(self, env: str) -> int:
+        from infra.smoke import main
+
+        return main(["--env", env])
+
+
+@dataclass
+class Release:
+    env: str
+    session: Any
+    tools: Tools = field(default_factory=Tools)
+    catalog: Path = CATALOG_PATH
+    environments_dir: Path = ENVIRONMENTS_DIR
+    archives: Path = ROOT / ".artifacts" / "adapters"
+    training_role: str | None = None
+    dry_run: bool = False
+    synth: Callable[[Path], dict[str, dict]] | None = None
+    log: Callable[[str], None] = print
+
+    def __post_init__(self) -> None:
+        self.dep = self._load()
+        self.region = self.dep.env.region
+        ident = self.session.client("sts", region_name=self.region).get_caller_identity()
+        self.account = ident["Account"]
+        if self.dep.env.account and self.dep.env.account != self.account:
+            raise ReleaseError(
+                f"environment {self.env!r} is account {self.dep.env.account}, but the "
+                f"credentials are account {self.account}"
+            )
+        self.bucket = self.dep.env.artifact_bucket or (
+            f"{self.dep.env.prefix}-artifacts-{self.account}-{self.region}"
+        )
+        self.s3 = self.session.client("s3", region_name=self.region)
+        self.ecr = self.session.client("ecr", region_name=self.region)
+        self.cfn = self.session.client("cloudformation", region_name=self.region)
+        self._templates: dict[str, dict] | None = None
+        self._outdir = Path(tempfile.mkdtemp(prefix=f"release-{self.env}-"))
+
+    # -- configuration --------------------------------------------------------------------------
+
+    def _load(self) -> Deployment:
+        return load_deployment(self.env, self.catalog, self.environments_dir)
+
+    def _catalog_changed(self) -> None:
+        """A step wrote into the catalog (a hash): reload it, and synthesize again."""
+        self.dep = self._load()
+        self._templates = None
+
+    @property
+    def templates(self) -> dict[str, dict]:
+        if self._templates is None:
+            if self.synth is not None:
+                self._templates = self.synth(self._outdir)
+            else:
+                from infra.snapshots import synth
+
+                self.log(f"  synthesizing {self.env} ...")
+                self._templates = synth(self.env, self._outdir, self.catalog,
+                                        self.environments_dir)  # fmt: skip
+        return self._templates
+
+    def foundation_stacks(self) -> list[str]:
+        from infra.account import ACCOUNT_STACK
+
+        p = self.dep.env.prefix
+        return [ACCOUNT_STACK, f"{p}-stateful", f"{p}-network"]
+
+    # -- state checks ---------------------------------------------------------------------------
+
+    def stack_state(self, name: str) -> str:
+        """``done`` when deployed, stable and identical to the synth; else why not."""
+        from botocore.exceptions import ClientError
+
+        try:
+            (stack,) = self.cfn.describe_stacks(StackName=name)["Stacks"]
+        except ClientError:
+            return "not deployed"
+        if stack["StackStatus"] not in STABLE:
+            return f"in state {stack['StackStatus']}"
+        body = self.cfn.get_template(StackName=name)["TemplateBody"]
+        deployed = json.loads(body) if isinstance(body, str) else body
+        if json.loads(json.dumps(deployed)) != self.templates[name]:
+            return "deployed template differs from the synth"
+        return "done"
+
+    def _stacks_missing(self, names: list[str]) -> list[str]:
+        return [f"{n}: {s}" for n in names if (s := self.stack_state(n)) != "done"]
+
+    def image_uri(self) -> tuple[str, str, str] | None:
+        """(registry id, repository, reference) of the runtime image; None for AWS's LMI image."""
+        if self.dep.env.engine is Engine.lmi:
+            return None
+        ref = self.dep.base.image
+        m = ref.external
+        registry = m["account"] if m else self.account
+        return registry, ref.repository_name(self.dep.env.prefix), ref.reference
+
+    def image_present(self) -> bool:
+        from botocore.exceptions import ClientError
+
+        registry, repo, _ = self.image_uri()  # type: ignore[misc]
+        ref = self.dep.base.image
+        image_id = {"imageDigest": ref.digest} if ref.digest else {"imageTag": ref.tag}
+        try:
+            found = self.ecr.describe_images(registryId=registry, repositoryName=repo,
+                                             imageIds=[image_id])["imageDetails"]  # fmt: skip
+        except ClientError as exc:
+            code = exc.response["Error"]["Code"]
+            if code in ("ImageNotFoundException", "RepositoryNotFoundException"):
+                return False
+            raise
+        return bool(found)
+
+    def base_prefix(self) -> str:
+        return f"{BASE_PREFIX}{self.dep.base_key}/{self.dep.base.revision}/"
+
+    def base_manifest(self) -> dict[str, Any] | None:
+        return self._get_json(self.base_prefix() + BASE_MANIFEST)
+
+    def _get_json(self, key: str) -> dict[str, Any] | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            body = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("NoSuchKey", "NoSuchBucket", "404"):
+                return None
+            raise
+        return json.loads(body)
+
+    def adapter_key(self, name: str, version: str) -> str:
+        return f"{ADAPTER_PREFIX}{name}/{version}/adapter.tar.gz"
+
+    def adapter_state(self, name: str) -> str:
+        """``done`` when the archive is in the bucket with the catalog's hash (when pinned)."""
+        from botocore.exceptions import ClientError
+
+        entry = self.dep.adapter(name).entry
+        if entry.artifact:
+            return (
+                "done (external artifact)"
+                if self._object_exists(entry.artifact)
+                else (f"{entry.artifact} not found")
+            )
+        try:
+            head = self.s3.head_object(
+                Bucket=self.bucket, Key=self.adapter_key(name, entry.version)
+            )
+        except ClientError:
+            return "no archive in the bucket"
+        digest = head.get("Metadata", {}).get("sha256")
+        if entry.sha256 and digest != entry.sha256:
+            return f"the bucket's archive has sha256 {digest}, the catalog pins {entry.sha256}"
+        return "done"
+
+    def _object_exists(self, uri: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        bucket, key = uri.removeprefix("s3://").split("/", 1)
+        try:
+            self.s3.head_object(Bucket=bucket, Key=key)
+        except ClientError:
+            return False
+        return True
+
+    def fingerprint(self) -> str:
+        """What a passed smoke check vouches for: the templates and the adapters' versions."""
+        h = hashlib.sha256(json.dumps(self.templates, sort_keys=True).encode())
+        h.update(json.dumps({a.name: a.entry.version for a in self.dep.adapters}).encode())
+        return h.hexdigest()
+
+    def smoke_key(self) -> str:
+        return f"release/{self.env}/smoke.json"
+
+    # -- steps ----------------------------------------------------------------------------------
+
+    def status(self, step: str) -> list[str]:
+        """What is missing for ``step``; empty when it is done."""
+        if step == "stacks":
+            return self._stacks_missing(self.foundation_stacks())
+        if step == "image":
+            if self.image_uri() is None:
+                return []
+            if (
+                self._stacks_missing(self.foundation_stacks()[1:2])
+                and not self.dep.base.image.external
+            ):
+                return ["the repository does not exist yet (stacks step)"]
+            registry, repo, ref = self.image_uri()  # type: ignore[misc]
+            return [] if self.image_present() else [f"{registry}/{repo}{ref} not in ECR"]
+        if step == "weights":
+            if self.dep.base.model_data:
+                uri = self.dep.base.model_data
+                return [] if uri.endswith("/") or self._object_exists(uri) else [f"{uri} not found"]
+            if self.base_manifest() is None:
+                return [f"s3://{self.bucket}/{self.base_prefix()} not staged"]
+            return []
+        if step == "adapters":
+            return [f"{a.name}: {s}" for a in self.dep.adapters
+                    if not (s := self.adapter_state(a.name)).startswith("done")]  # fmt: skip
+        if step == "deploy":
+            return self._stacks_missing(sorted(self.templates))
+        if step == "smoke":
+            marker = self._get_json(self.smoke_key())
+            if marker and marker.get("fingerprint") == self.fingerprint():
+                return []
+            return ["no passing smoke check of what is deployed now"]
+        raise ValueError(step)
+
+    def do(self, step: str) -> None:
+        getattr(self, f"_do_{step}")()
+
+    def _cdk_deploy(self, stacks: list[str]) -> None:
+        self.templates  # noqa: B018 - synthesize into the assembly that is deployed
+        self.tools.run([
+            "npx", "--no-install", "cdk", "deploy", "--app", str(self._outdir),
+            "--require-approval", "never", "--progress", "events", *stacks,
+        ])  # fmt: skip
+
+    def _do_stacks(self) -> None:
+        self._cdk_deploy(self.foundation_stacks())
+
+    def _do_image(self) -> None:
+        registry, repo, ref = self.image_uri()  # type: ignore[misc]
+        image = self.dep.base.image
+        if image.digest:
+            raise ReleaseError(
+                f"the catalog names digest {image.digest} in {repo}, which is not there; push "
+                "that image, or name a tag for this command to build and push"
+            )
+        host = f"{registry}.dkr.ecr.{self.region}.amazonaws.com"
+        token = self.ecr.get_authorization_token(registryIds=[registry])["authorizationData"][0]
+        import base64
+
+        user, password = base64.b64decode(token["authorizationToken"]).decode().split(":", 1)
+        self.tools.run(["docker", "login", "--username", user, "--password-stdin", host],
+                       input=password)  # fmt: skip
+        # Pushed only when the tag is absent (checked above); ECR's immutable tags refuse a
+        # second image under an existing tag as well.
+        self.tools.run(["docker", "buildx", "build", "--platform", "linux/amd64", "--provenance",
+                        "false", "--file", "runtime/Dockerfile", "--tag", f"{host}/{repo}{ref}",
+                        "--push", "."])  # fmt: skip
+        if not self.image_present():
+            raise ReleaseError(f"{host}/{repo}{ref} is still not in ECR after the push")
+
+    def _kms_key(self) -> str:
+        return f"alias/{self.dep.env.prefix}-data"
+
+    def _do_weights(self) -> None:
+        base = self.dep.base
+        if base.model_data:
+            raise ReleaseError(f"base model_data {base.model_data} is not there; upload it")
+        if base.source != "hub":
+            raise ReleaseError(f"base {self.dep.base_key!r} is built locally, not on the hub")
+        with tempfile.TemporaryDirectory(prefix="base-") as tmp:
+            self.log(f"  downloading {base.model_id}@{base.revision} (weights, config, tokenizer)")
+            local = self.tools.download_base(base.model_id, base.revision, Path(tmp))
+            files = sorted(p for p in local.rglob("*") if p.is_file() and ".cache" not in p.parts)
+            if not any(p.suffix == ".safetensors" for p in files):
+                raise ReleaseError(f"{base.model_id}@{base.revision} has no safetensors weights")
+            digest = tokenizer_sha256(local)
+            if base.tokenizer_sha256 and base.tokenizer_sha256 != digest:
+                raise ReleaseError(
+                    f"tokenizer sha256 of {base.model_id}@{base.revision} is {digest}, the "
+                    f"catalog pins {base.tokenizer_sha256}: the revision is not what adapters "
+                    "were trained on"
+                )
+            hashes = {}
+            for path in files:
+                rel = path.relative_to(local).as_posix()
+                hashes[rel] = sha256_file(path)
+                self.log(f"  upload {rel} ({path.stat().st_size / 1e6:.1f} MB)")
+                self.s3.upload_file(str(path), self.bucket, self.base_prefix() + rel,
+                                    ExtraArgs={"ServerSideEncryption": "aws:kms",
+                                               "SSEKMSKeyId": self._kms_key()})  # fmt: skip
+            manifest = {"model_id": base.model_id, "revision": base.revision,
+                        "tokenizer_sha256": digest, "files": hashes}  # fmt: skip
+            self._put_json(self.base_prefix() + BASE_MANIFEST, manifest)
+        if base.tokenizer_sha256 is None:
+            from config.writer import set_base_field
+
+            set_base_field(self.dep.base_key, "tokenizer_sha256", digest, self.catalog)
+            self.log(f"  wrote tokenizer_sha256: {digest} into {self.catalog.name} (commit it)")
+            self._catalog_changed()
+
+    def _do_adapters(self) -> None:
+        from training.publish import PublishError, publish
+
+        missing = [a for a in self.dep.adapters
+                   if not self.adapter_state(a.name).startswith("done")]  # fmt: skip
+        untrained = [a.name for a in missing if not (self.archives / f"{a.name}.tar.gz").exists()]
+        if untrained and not self.training_role:
+            raise ReleaseError(
+                f"no archive for {', '.join(untrained)} in {self.archives}: pass "
+                "--training-role ARN to train them as SageMaker jobs, or put NAME.tar.gz there"
+            )
+        for a in missing:
+            archive = self.archives / f"{a.name}.tar.gz"
+            if not archive.exists():
+                self.log(f"  {a.name}: training (SageMaker job)")
+                archive = self._trained_archive(a.name)
+            self.log(f"  {a.name}: publishing {archive.name} through the publish gates")
+            try:
+                publish(archive, a.name, self.env, bucket=self.bucket, s3=self.s3,
+                        catalog=self.catalog, environments_dir=self.environments_dir,
+                        record_uri=False, kms_key=self._kms_key())  # fmt: skip
+            except PublishError as exc:
+                raise ReleaseError(f"{a.name}: {exc}") from None
+        if missing:
+            self._catalog_changed()
+
+    def _trained_archive(self, name: str) -> Path:
+        uri = self.tools.train(name, self.env, self.training_role or "")
+        bucket, key = uri.removeprefix("s3://").split("/", 1)
+        out = Path(tempfile.mkdtemp(prefix=f"trained-{name}-"))
+        self.s3.download_file(bucket, key, str(out / "model.tar.gz"))
+        with tarfile.open(out / "model.tar.gz") as tar:
+            member = tar.getmember(f"{name}.tar.gz")
+            if not member.isfile():
+                raise ReleaseError(f"{uri} holds no {name}.tar.gz")
+            tar.extract(member, out, filter="data")
+        return out / f"{name}.tar.gz"
+
+    def _do_deploy(self) -> None:
+        self._cdk_deploy(["--all"])
+
+    def _do_smoke(self) -> None:
+        if self.tools.smoke(self.env) != 0:
+            raise ReleaseError("the smoke check failed: an adapter did not answer from its own "
+                               "component with its catalog version")  # fmt: skip
+        self._put_json(self.smoke_key(), {"fingerprint": self.fingerprint()})
+
+    def _put_json(self, key: str, data: dict[str, Any]) -> None:
+        self.s3.put_object(Bucket=self.bucket, Key=key, Body=json.dumps(data, indent=1).encode(),
+                           ServerSideEncryption="aws:kms", SSEKMSKeyId=self._kms_key())  # fmt: skip
+
+    # -- the command ----------------------------------------------------------------------------
+
+    def run(self, only: tuple[str, ...] = STEPS) -> dict[str, str]:
+        """Each step: skipped when done, else run (or reported, in a dry run)."""
+        outcome: dict[str, str] = {}
+        for n, step in enumerate(STEPS, 1):
+            if step not in only:
+                continue
+            missing = self.status(step)
+            head = f"[{n}/{len(STEPS)}] {step:<9}"
+            if not missing:
+                self.log(f"{head} done, skipped")
+                outcome[step] = "done"
+                continue
+            self.log(f"{head} missing: " + "; ".join(missing))
+            if self.dry_run:
+                outcome[step] = "missing"
+                continue
+            self.do(step)
+            left = self.status(step)
+            if left:
+                raise ReleaseError(f"{step} ran but is still not done: {'; '.join(left)}")
+            self.log(f"{head} done")
+            outcome[step] = "ran"
+        return outcome
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m infra.release", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap.add_argument("--env", required=True)
+    ap.add_argument("--dry-run", action="store_true", help="print each step as done or missing")
+    ap.add_argument("--only", help=f"comma-separated steps of {','.join(STEPS)}")
+    ap.add_argument("--training-role", default=os.environ.get("TRAINING_ROLE_ARN"),
+                    help="SageMaker execution role for adapters that have no archive")  # fmt: skip
+    ap.add_argument("--archives", type=Path, default=ROOT / ".artifacts" / "adapters",
+                    help="where NAME.tar.gz archives are looked for")  # fmt: skip
+    ap.add_argument("--catalog", type=Path, default=CATALOG_PATH)
+    ap.add_argument("--environments-dir", type=Path, default=ENVIRONMENTS_DIR)
+    args = ap.parse_args(argv)
+    only = tuple(args.only.split(",")) if args.only else STEPS
+    if unknown := set(only) - set(STEPS):
+        ap.error(f"unknown steps: {', '.join(sorted(unknown))}")
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        release = Release(args.env, boto3.Session(), catalog=args.catalog,
+                          environments_dir=args.environments_dir, archives=args.archives,
+                          training_role=args.training_role, dry_run=args.dry_run)  # fmt: skip
+        outcome = release.run(only)
+    except ReleaseError as exc:
+        print(f"release failed: {exc}", file=sys.stderr)
+        return 1
+    except (BotoCoreError, ClientError) as exc:
+        print(f"release failed: AWS said: {exc}", file=sys.stderr)
+        return 1
+    if args.dry_run:
+        missing = [s for s, o in outcome.items() if o == "missing"]
+        print(f"dry run: {len(outcome) - len(missing)} of {len(outcome)} steps done"
+              + (f"; missing: {', '.join(missing)}" if missing else ""))  # fmt: skip
+    else:
+        print(f"{args.env} released")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

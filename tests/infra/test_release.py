@@ -1,0 +1,294 @@
+"""``make release`` against an empty account (moto, in process), with docker, the CDK CLI, the hub,
+training jobs and the smoke check behind a recording seam: every step missing in a dry run, each
+done in order by a release, and all skipped by a second release."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import boto3
+import pytest
+import yaml
+from moto import mock_aws
+
+from config import load_deployment
+from config.compat import tokenizer_sha256
+from infra.release import BASE_MANIFEST, STEPS, Release, ReleaseError, Tools
+from tests.infra.conftest import edited_config, synth_in_process
+from training.package import pack, write_manifest
+
+pytestmark = pytest.mark.synth
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+
+
+class FakeTools(Tools):
+    """Plays CloudFormation, docker, the hub, SageMaker training and the smoke check against moto,
+    recording every command line and call."""
+
+    def __init__(self, release_ref: dict) -> None:
+        self.calls: list[tuple] = []
+        self.ref = release_ref
+
+    @property
+    def release(self) -> Release:
+        return self.ref["release"]
+
+    def run(self, argv: list[str], *, input: str | None = None) -> None:
+        self.calls.append(("run", tuple(argv)))
+        if argv[:4] == ["npx", "--no-install", "cdk", "deploy"]:
+            assert argv[4:6] == ["--app", str(self.release._outdir)]
+            assert "--require-approval" in argv and "never" in argv
+            names = argv[argv.index("events") + 1 :]
+            self._deploy(sorted(self.release.templates) if names == ["--all"] else names)
+        elif argv[:2] == ["docker", "login"]:
+            assert argv[argv.index("--username") + 1] == "AWS" and input
+        elif argv[:3] == ["docker", "buildx", "build"]:
+            assert argv[argv.index("--platform") + 1] == "linux/amd64"
+            assert "--push" in argv
+            uri = argv[argv.index("--tag") + 1]
+            repo, tag = uri.split("/", 1)[1].rsplit(":", 1)
+            manifest = json.dumps(
+                {
+                    "schemaVersion": 2,
+                    "config": {"digest": "sha256:" + "1" * 64},
+                    "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                }
+            )
+            boto3.client("ecr", region_name=REGION).put_image(
+                repositoryName=repo, imageManifest=manifest, imageTag=tag
+            )
+        else:
+            raise AssertionError(f"unexpected command {argv}")
+
+    def _deploy(self, names: list[str]) -> None:
+        """What CloudFormation would leave: the stacks (with the deployed template) and the
+        resources later steps use (bucket, key alias, repository)."""
+        from moto.cloudformation.models import cloudformation_backends
+
+        cfn = boto3.client("cloudformation", region_name=REGION)
+        placeholder = json.dumps(
+            {"Resources": {"H": {"Type": "AWS::CloudFormation::WaitConditionHandle"}}}
+        )
+        for name in names:
+            template = self.release.templates[name]
+            try:
+                cfn.describe_stacks(StackName=name)
+            except cfn.exceptions.ClientError:
+                cfn.create_stack(StackName=name, TemplateBody=placeholder)
+                if name.endswith("-stateful"):
+                    self._stateful()
+            backend = cloudformation_backends[ACCOUNT][REGION]
+            (stack,) = [s for s in backend.stacks.values() if s.name == name]
+            stack.template = json.dumps(template)
+
+    def _stateful(self) -> None:
+        dep = self.release.dep
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=self.release.bucket)
+        kms = boto3.client("kms", region_name=REGION)
+        key = kms.create_key()["KeyMetadata"]["KeyId"]
+        kms.create_alias(AliasName=f"alias/{dep.env.prefix}-data", TargetKeyId=key)
+        boto3.client("ecr", region_name=REGION).create_repository(
+            repositoryName=dep.base.image.repository_name(dep.env.prefix),
+            imageTagMutability="IMMUTABLE",
+        )
+
+    def download_base(self, repo_id: str, revision: str, dest: Path) -> Path:
+        self.calls.append(("download_base", repo_id, revision))
+        return fake_base(dest)
+
+    def train(self, adapter: str, env: str, role: str) -> str:
+        self.calls.append(("train", adapter, env, role))
+        archive = make_archive(self.ref["tmp"] / "trained", adapter, self.release.dep)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            tar.add(archive, arcname=f"{adapter}.tar.gz")
+        key = f"jobs/{adapter}/output/model.tar.gz"
+        boto3.client("s3", region_name=REGION).put_object(
+            Bucket=self.release.bucket, Key=key, Body=buf.getvalue()
+        )
+        return f"s3://{self.release.bucket}/{key}"
+
+    def smoke(self, env: str) -> int:
+        self.calls.append(("smoke", env))
+        return 0
+
+
+def fake_base(dest: Path) -> Path:
+    """What the hub's snapshot of the base holds, in miniature."""
+    (dest / "config.json").write_text('{"model_type": "qwen3"}')
+    (dest / "model.safetensors").write_bytes(b"\0" * 64)
+    (dest / "tokenizer.json").write_text('{"version": "1.0"}')
+    (dest / "tokenizer_config.json").write_text("{}")
+    return dest
+
+
+def _fake_tokenizer_sha256() -> str:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return tokenizer_sha256(fake_base(Path(tmp)))
+
+
+def make_archive(directory: Path, name: str, dep) -> Path:
+    """An adapter archive that passes publish's gates for ``dep``'s base."""
+    entry = dep.adapter(name).entry
+    work = directory / name
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8}))
+    (work / "adapter_model.safetensors").write_bytes(name.encode() * 8)
+    write_manifest(work, {
+        "name": name, "version": entry.version,
+        "base": {"model_id": dep.base.model_id, "revision": dep.base.revision,
+                 "tokenizer_sha256": _fake_tokenizer_sha256()},
+        "eval": {"metric": "chrf", "beats_base": True, "adapter": {"score": 60.0},
+                 "base": {"score": 10.0}},
+    })  # fmt: skip
+    archive = directory / f"{name}.tar.gz"
+    pack(work, archive)
+    return archive
+
+
+@pytest.fixture
+def account(monkeypatch):
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": REGION}.items():  # fmt: skip
+        monkeypatch.setenv(key, value)
+    with mock_aws():
+        boto3.client("ssm", region_name=REGION).put_parameter(
+            Name="/cdk-bootstrap/hnb659fds/version", Value="30", Type="String"
+        )
+        yield boto3.Session(region_name=REGION)
+
+
+@pytest.fixture
+def setup(tmp_path, account):
+    """A copy of the catalog (release writes hashes into it), archives for half the adapters."""
+    catalog, environments = edited_config(tmp_path)
+    dep = load_deployment("dev", catalog, environments)
+    archives = tmp_path / "archives"
+    archives.mkdir()
+    with_archive = [a.name for a in dep.adapters][::2]
+    for name in with_archive:
+        make_archive(archives, name, dep)
+    ref: dict = {"tmp": tmp_path}
+    tools = FakeTools(ref)
+    logs: list[str] = []
+
+    def release(**kw) -> Release:
+        r = Release("dev", account, tools=tools, catalog=catalog, environments_dir=environments,
+                    archives=archives, training_role=f"arn:aws:iam::{ACCOUNT}:role/train",
+                    synth=lambda _out: synth_in_process(catalog, environments), log=logs.append,
+                    **kw)  # fmt: skip
+        ref["release"] = r
+        return r
+
+    return {"release": release, "tools": tools, "catalog": catalog, "logs": logs,
+            "with_archive": with_archive, "dep": dep}  # fmt: skip
+
+
+def test_a_dry_run_against_an_empty_account_lists_every_step_missing(setup) -> None:
+    outcome = setup["release"](dry_run=True).run()
+    assert outcome == dict.fromkeys(STEPS, "missing")
+    assert setup["tools"].calls == [], "a dry run runs nothing"
+    text = "\n".join(setup["logs"])
+    assert "[1/6] stacks    missing: lora-fleet-account: not deployed" in text
+    assert "not in ECR" in text or "repository does not exist" in text
+
+
+def test_a_release_runs_each_step_in_order_and_a_second_run_skips_every_step(setup) -> None:
+    tools = setup["tools"]
+    outcome = setup["release"]().run()
+    assert outcome == dict.fromkeys(STEPS, "ran")
+    runs = [c[1] for c in tools.calls if c[0] == "run"]
+    deploys = [r for r in runs if r[2:4] == ("cdk", "deploy")]
+    assert deploys[0][-3:] == ("lora-fleet-account", "lora-dev-stateful", "lora-dev-network")
+    assert deploys[1][-1] == "--all"
+    order = [c[0] if c[0] != "run" else " ".join(c[1][:3]) for c in tools.calls]
+    assert order.index("docker buildx build") > order.index("npx --no-install cdk")
+    assert order.index("download_base") > order.index("docker buildx build")
+    assert order.index("smoke") == len(order) - 1
+    # The image went to the repository and tag the catalog names.
+    dep = setup["dep"]
+    build = next(r for r in runs if r[:3] == ("docker", "buildx", "build"))
+    assert build[build.index("--tag") + 1] == (
+        f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/lora-dev/lora-runtime:{dep.base.image.tag}"
+    )
+    # Base weights staged with SSE-KMS, the tokenizer hash written into the catalog.
+    s3 = boto3.client("s3", region_name=REGION)
+    bucket = f"lora-dev-artifacts-{ACCOUNT}-{REGION}"
+    prefix = f"base/qwen3-4b/{dep.base.revision}/"
+    head = s3.head_object(Bucket=bucket, Key=prefix + "model.safetensors")
+    assert head["ServerSideEncryption"] == "aws:kms"
+    staged = json.loads(s3.get_object(Bucket=bucket, Key=prefix + BASE_MANIFEST)["Body"].read())
+    cat = yaml.safe_load(setup["catalog"].read_text())
+    assert cat["base_models"]["qwen3-4b"]["tokenizer_sha256"] == staged["tokenizer_sha256"]
+    # Archives: the ones at hand published, the others trained; each hash pinned, no URI.
+    trained = sorted(c[1] for c in tools.calls if c[0] == "train")
+    assert trained == sorted({a.name for a in dep.adapters} - set(setup["with_archive"]))
+    for entry in cat["adapters"]:
+        key = f"adapters/{entry['name']}/{entry['version']}/adapter.tar.gz"
+        meta = s3.head_object(Bucket=bucket, Key=key)
+        assert meta["Metadata"]["sha256"] == entry["sha256"]
+        assert "artifact" not in entry
+
+    tools.calls.clear()
+    setup["logs"].clear()
+    assert setup["release"]().run() == dict.fromkeys(STEPS, "done")
+    assert tools.calls == [], "a second release changes nothing"
+    assert all("done, skipped" in line for line in setup["logs"] if line.startswith("["))
+
+
+def test_an_existing_tag_is_never_pushed_again(setup) -> None:
+    r = setup["release"]()
+    r.run(only=("stacks", "image"))
+    pushes = [c for c in setup["tools"].calls if c[1][:2] == ("docker", "buildx")]
+    assert len(pushes) == 1
+    setup["tools"].calls.clear()
+    assert setup["release"]().run(only=("image",)) == {"image": "done"}
+    assert setup["tools"].calls == []
+
+
+def _edit_base(catalog: Path, **fields) -> None:
+    cat = yaml.safe_load(catalog.read_text())
+    cat["base_models"]["qwen3-4b"].update(fields)
+    catalog.write_text(yaml.safe_dump(cat, sort_keys=False))
+
+
+def test_a_digest_that_is_not_in_the_repository_fails_with_a_clear_message(setup) -> None:
+    _edit_base(
+        setup["catalog"], image={"repository": "lora-runtime", "digest": "sha256:" + "e" * 64}
+    )
+    r = setup["release"]()
+    r.run(only=("stacks",))
+    with pytest.raises(ReleaseError, match=r"digest sha256:e+ .* not there"):
+        r.run(only=("image",))
+
+
+def test_a_tokenizer_that_differs_from_the_pinned_hash_is_refused(setup) -> None:
+    _edit_base(setup["catalog"], tokenizer_sha256="0" * 64)
+    r = setup["release"]()
+    r.run(only=("stacks",))
+    with pytest.raises(ReleaseError, match=r"tokenizer sha256 .* the catalog pins 0{64}"):
+        r.run(only=("weights",))
+
+
+def test_adapters_without_archive_or_training_role_name_themselves(setup) -> None:
+    r = setup["release"]()
+    r.run(only=("stacks",))
+    r.training_role = None
+    with pytest.raises(ReleaseError, match=r"no archive for .*--training-role"):
+        r.run(only=("adapters",))
+
+
+def test_credentials_of_another_account_are_refused(setup, tmp_path) -> None:
+    envs = tmp_path / "environments"
+    data = yaml.safe_load((envs / "dev.yaml").read_text())
+    data["account"] = "999999999999"
+    (envs / "dev.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ReleaseError, match="account 999999999999"):
+        setup["release"]()
