@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 CDK := npx --no-install cdk
 
-.PHONY: setup up down synth diff snapshot smoke test lint bench check plan
+.PHONY: setup up down synth diff snapshot release smoke test lint bench check plan
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -14,7 +14,15 @@ $(PY):
 	# The CPU build of torch from this machine's local wheel; an unpinned torch pulls a CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0
 
-setup: $(PY)  ## virtual environment, the project with every extra, the CDK CLI
+CHECKOV := .venv-checkov/bin/checkov
+
+# checkov pins many libraries of its own, so it gets a virtual environment of its own.
+$(CHECKOV):
+	python3 -m venv .venv-checkov
+	.venv-checkov/bin/pip install --quiet checkov==3.3.30
+
+setup: $(PY) $(CHECKOV)  ## system packages, virtual environments, the project with every extra, the CDK CLI
+	scripts/system-deps install
 	$(PY) -m pip install --quiet -e '.[dev]'
 	npm ci --no-audit --no-fund --silent
 
@@ -38,14 +46,22 @@ lint: $(PY)
 	$(PY) -m ruff format --check .
 
 test: setup  ## the test suite (what .ci/run runs after lint)
+	scripts/system-deps redis
 	$(PY) -m pytest -q
 
-diff: $(PY)  ## offline template diff against the committed snapshot + catalog change summary: make diff ENV=prod
+diff: $(PY)  ## catalog change summary, template diff against the snapshot, replacement check: make diff ENV=prod
 	$(PY) -m infra.changes --env $(ENV) || true
-	$(PY) -m infra.snapshots check --env $(ENV)
+	$(PY) -m infra.snapshots check --env $(ENV) || true
+	$(PY) -m infra.replacements --env $(ENV)
 
 snapshot: $(PY)  ## re-synth every deployable environment into infra/snapshots/ (review, then commit)
 	$(PY) -m infra.snapshots update
+
+# `make release ENV=dev --dry-run` (make's own -n) still runs the command, as a dry run: the
+# recipe line is marked + so make executes it, and make's n flag becomes --dry-run.
+MAKE_DRY_RUN := $(findstring n,$(firstword -$(MAKEFLAGS)))
+release: $(PY)  ## deploy in order: stacks, image, base weights, adapter archives, the rest, smoke: make release ENV=dev [--dry-run]
+	+$(PY) -m infra.release --env $(ENV) $(if $(or $(MAKE_DRY_RUN),$(DRY_RUN)),--dry-run,) $(ARGS)
 
 smoke: $(PY)  ## invoke every adapter once through the deployed router: make smoke ENV=prod [URL=...]
 	$(PY) -m infra.smoke --env $(ENV) $(if $(URL),--url $(URL),)

@@ -28,8 +28,17 @@ from infra.nag import acknowledge
 from infra.stacks import build
 
 SMOKE_ROLE = "lora-fleet-pipeline-smoke"
+RELEASE_ROLE = "lora-fleet-pipeline-release"
 #: The CI script the synth step runs is the one pull requests run (.ci/run).
 SYNTH_COMMANDS = ["bash .ci/run", "npx --no-install cdk synth -c pipeline=true -q"]
+#: CodeBuild's standard 7.0 image carries several Pythons; the project needs 3.11 or newer
+#: (``requires-python``), so every step names its runtime instead of taking the image default.
+RUNTIMES = codebuild.BuildSpec.from_object(
+    {"phases": {"install": {"runtime-versions": {"python": "3.12", "nodejs": "20"}}}}
+)
+#: What the pipeline leaves to ``make release`` before each environment's serving stack: the
+#: image, the base weights and the adapter archives (CDK Pipelines deploys the stacks itself).
+RELEASE_STEPS = "image,weights,adapters"
 
 #: Action wildcards in the policies CDK Pipelines writes for its roles: object- and key-level
 #: verbs on the pipeline's own artifact bucket and key (``grantReadWrite`` and friends).
@@ -59,9 +68,10 @@ class PipelineStack(Stack):
         source = pipelines.CodePipelineSource.connection(
             config.repository, config.branch, connection_arn=config.connection_arn
         )
-        synth = pipelines.ShellStep(
-            "Synth", input=source, commands=SYNTH_COMMANDS, primary_output_directory="cdk.out"
-        )
+        synth = pipelines.CodeBuildStep(
+            "Synth", input=source, commands=SYNTH_COMMANDS, primary_output_directory="cdk.out",
+            partial_build_spec=RUNTIMES,
+        )  # fmt: skip
         self.pipeline = pipelines.CodePipeline(
             self,
             "Pipeline",
@@ -82,8 +92,16 @@ class PipelineStack(Stack):
             assumed_by=iam.ServicePrincipal("codebuild.amazonaws.com"),
             description="Invokes every adapter through each environment's router after deploy",
         )
+        self.release_role = iam.Role(
+            self,
+            "ReleaseRole",
+            role_name=RELEASE_ROLE,
+            assumed_by=iam.ServicePrincipal("codebuild.amazonaws.com"),
+            description="Pushes the runtime image, stages base weights and adapter archives",
+        )
         self.stages: list[str] = []
         self._smoke_arns: list[tuple[str, str]] = []
+        self._release_arns: list[list[str]] = []
         for name in config.stages:
             dep = deployments[name]
             pre: list[pipelines.Step] = []
@@ -91,7 +109,12 @@ class PipelineStack(Stack):
                 comment = f"Promote to {name}: review the previous stage's smoke results"
                 pre.append(pipelines.ManualApprovalStep(f"Approve-{name}", comment=comment))
             stage = EnvironmentStage(self, name, dep=dep)
-            self.pipeline.add_stage(stage, pre=pre, post=[self._smoke(name, dep)])
+            serving = next(s for s in stage.stacks if s.stack_name == f"{dep.env.prefix}-serving")
+            # The serving stack needs the image and the weights, its shards need the archives:
+            # they are staged after the stateful stack (repository, bucket) and before serving.
+            release = pipelines.StackSteps(stack=serving, pre=[self._release(name, dep)])
+            self.pipeline.add_stage(stage, pre=pre, post=[self._smoke(name, dep)],
+                                    stack_steps=[release])  # fmt: skip
             self.stages.append(name)
         self.pipeline.build_pipeline()
         # cfn-lint's E3703 validates action configurations only in their literal form and reports
@@ -132,6 +155,55 @@ class PipelineStack(Stack):
                             "keeps their history in-region.")  # fmt: skip
         return key, bucket
 
+    def _release(self, name: str, dep: Deployment) -> pipelines.CodeBuildStep:
+        """``make release --only image,weights,adapters`` as a least-privilege role: read the
+        environment's stacks, push to its repository, write its bucket's staging prefixes."""
+        stack = Stack.of(self)
+        region, account = dep.env.region, dep.env.account or stack.account
+        prefix = dep.env.prefix
+
+        def arn(service: str, resource: str, name: str, sep=ArnFormat.SLASH_RESOURCE_NAME) -> str:
+            return stack.format_arn(service=service, resource=resource, resource_name=name,
+                                    region=region, account=account, arn_format=sep)  # fmt: skip
+
+        bucket = dep.env.artifact_bucket or f"{prefix}-artifacts-{account}-{region}"
+        repository = dep.base.image.repository_name(prefix)
+        stacks = [arn("cloudformation", "stack", f"{prefix}-*/*"),
+                  arn("cloudformation", "stack", "lora-fleet-account/*")]  # fmt: skip
+        objects = [f"arn:{stack.partition}:s3:::{bucket}/{p}*"
+                   for p in ("base/", "adapters/", "release/")]  # fmt: skip
+        self._release_arns.append([*stacks, *objects, arn("kms", "key", "*")])
+        statements = [
+            iam.PolicyStatement(actions=["cloudformation:DescribeStacks",
+                                         "cloudformation:GetTemplate"], resources=stacks),
+            iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=objects),
+            iam.PolicyStatement(actions=["s3:ListBucket"],
+                                resources=[f"arn:{stack.partition}:s3:::{bucket}"]),
+            iam.PolicyStatement(
+                actions=["kms:GenerateDataKey", "kms:Decrypt"], resources=[arn("kms", "key", "*")],
+                conditions={"ForAnyValue:StringEquals": {
+                    "kms:ResourceAliases": f"alias/{prefix}-data"}},
+            ),
+            iam.PolicyStatement(
+                actions=["ecr:BatchCheckLayerAvailability", "ecr:InitiateLayerUpload",
+                         "ecr:UploadLayerPart", "ecr:CompleteLayerUpload", "ecr:PutImage",
+                         "ecr:DescribeImages", "ecr:BatchGetImage"],
+                resources=[arn("ecr", "repository", repository)],
+            ),
+            # Neither has a resource-level form (Service Authorization Reference).
+            iam.PolicyStatement(actions=["ecr:GetAuthorizationToken", "sts:GetCallerIdentity"],
+                                resources=["*"]),
+        ]  # fmt: skip
+        return pipelines.CodeBuildStep(
+            f"Release-{name}",
+            commands=["make setup", f"make release ENV={name} ARGS='--only {RELEASE_STEPS}'"],
+            role=self.release_role,
+            role_policy_statements=statements,
+            partial_build_spec=RUNTIMES,
+            # docker buildx needs the Docker daemon of a privileged build container.
+            build_environment=codebuild.BuildEnvironment(privileged=True),
+        )
+
     def _smoke(self, name: str, dep: Deployment) -> pipelines.CodeBuildStep:
         stack = Stack.of(self)
         region = dep.env.region
@@ -156,6 +228,7 @@ class PipelineStack(Stack):
             commands=["make setup", f"make smoke ENV={name}"],
             role=self.smoke_role,
             role_policy_statements=statements,
+            partial_build_spec=RUNTIMES,
         )
 
     def _acknowledge_generated(self) -> None:
@@ -170,6 +243,7 @@ class PipelineStack(Stack):
         bucket = f"<{stack.get_logical_id(self.artifacts.node.default_child)}.Arn>"
         projects = [c for c in self.node.find_all() if isinstance(c, codebuild.CfnProject)]
         smoke = [stack.get_logical_id(c) for c in projects if "/Smoke-" in c.node.path]
+        release = [stack.get_logical_id(c) for c in projects if "/Release-" in c.node.path]
         own = [stack.get_logical_id(c) for c in projects
                if c.node.path.endswith(("/Synth/CdkBuildProject/Resource",
                                         "/SelfMutation/Resource"))]  # fmt: skip
@@ -251,7 +325,30 @@ class PipelineStack(Stack):
                 "Only POST .../v1/adapters/*/generate on the live stage: one call per catalog "
                 "adapter, on an API whose id exists only after that stage deploys."
             )
-        for scope, findings in ((self.pipeline, pipeline), (self.smoke_role, smoke_role)):
+        release_role = {
+            **verbs(("s3:GetObject*", "s3:GetBucket*", "s3:List*", "kms:ReEncrypt*",
+                     "kms:GenerateDataKey*")),
+            **objects, **project_logs(release), **inline,
+            "AwsSolutions-IAM5[Resource::*]": (
+                "ecr:GetAuthorizationToken and sts:GetCallerIdentity have no resource-level "
+                "form (Service Authorization Reference); everything else names its resource."
+            ),
+        }  # fmt: skip
+        reasons = {
+            "cloudformation": "The environment's own stacks by name prefix (and the shared "
+            "account stack): CloudFormation appends a generated id to stack ARNs; read only.",
+            "s3": "Only the staging prefixes (base/, adapters/, release/) of the environment's "
+            "artifact bucket, whose object keys carry revisions and versions.",
+            "kms": "Any key id, but only the key whose alias is the environment's data key "
+            "(kms:ResourceAliases condition); the key's id exists only after its stack deploys.",
+        }
+        for arns in self._release_arns:
+            for arn in arns:
+                nag_arn = _nag_arn(stack, arn)
+                service = next(k for k in reasons if f":{k}:" in nag_arn)
+                release_role[f"AwsSolutions-IAM5[Resource::{nag_arn}]"] = reasons[service]
+        for scope, findings in ((self.pipeline, pipeline), (self.smoke_role, smoke_role),
+                                (self.release_role, release_role)):  # fmt: skip
             for finding, reason in findings.items():
                 acknowledge(scope, finding, reason)
 

@@ -45,7 +45,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "acknowledged": [
             (p, f)
             for p, f, _ in nag.ACKNOWLEDGEMENTS
-            if p in (f"{STACK}/Pipeline", f"{STACK}/SmokeRole")
+            if p in (f"{STACK}/Pipeline", f"{STACK}/SmokeRole", f"{STACK}/ReleaseRole")
         ],
     }
 
@@ -103,6 +103,38 @@ def test_the_synth_step_runs_the_ci_script(synthesized) -> None:
     specs = [json.dumps(r["Properties"]["Source"]) for r in t["Resources"].values()
              if r["Type"] == "AWS::CodeBuild::Project"]  # fmt: skip
     assert any("bash .ci/run" in s and "cdk synth -c pipeline=true" in s for s in specs)
+
+
+def test_every_step_pins_a_python_the_project_supports(synthesized) -> None:
+    t = synthesized["template"]
+    for lid, r in t["Resources"].items():
+        if r["Type"] != "AWS::CodeBuild::Project" or "Assets" in lid or "UpdatePipeline" in lid:
+            continue
+        spec = r["Properties"]["Source"]["BuildSpec"]
+        if "make " not in spec and ".ci/run" not in spec:
+            continue
+        python = json.loads(spec)["phases"]["install"]["runtime-versions"]["python"]
+        assert tuple(int(x) for x in python.split(".")) >= (3, 11), (lid, python)
+
+
+def test_each_stage_releases_image_weights_and_adapters_between_stateful_and_serving(
+    synthesized,
+) -> None:
+    t = synthesized["template"]
+    projects = {lid: r for lid, r in t["Resources"].items()
+                if r["Type"] == "AWS::CodeBuild::Project"}  # fmt: skip
+    for stage in _stages(t):
+        name = stage["Name"]
+        if name not in ("dev", "staging", "prod"):
+            continue
+        order = {a["Name"]: a["RunOrder"] for a in stage["Actions"]}
+        prefix = load_deployment(name).env.prefix
+        (release,) = [a for a in stage["Actions"] if a["Name"].endswith(f"Release-{name}")]
+        assert order[f"{prefix}-stateful.Deploy"] < release["RunOrder"]
+        assert release["RunOrder"] < order[f"{prefix}-serving.Prepare"]
+        spec = projects[release["Configuration"]["ProjectName"]["Ref"]]
+        assert f"make release ENV={name} ARGS='--only image,weights,adapters'" in json.dumps(spec)
+        assert spec["Properties"]["Environment"]["PrivilegedMode"] is True  # docker buildx
 
 
 def test_stages_deploy_the_environments_own_stack_names(synthesized) -> None:
