@@ -236,6 +236,7 @@ class Deployment:
                     "description": a.entry.description,
                     "tenants": list(a.entry.allow.tenants),
                     "principals": list(a.entry.allow.principals),
+                    "cache": a.entry.cache,
                 }
                 for a in self.adapters
             },

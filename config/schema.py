@@ -154,13 +154,32 @@ class BaseModelEntry(_Strict):
         return self
 
 
+#: A tenant in the catalog: ``NAME`` (a role or user name in the environment's own account),
+#: ``ACCOUNT:NAME`` (another account's), ``ACCOUNT:*`` (every caller of that account) or ``*``.
+TENANT_RE = re.compile(r"^(\*|(\d{12}:)?[\w+=,.@-]{1,64}|\d{12}:\*)$")
+
+
 class AccessPolicy(_Strict):
-    """Who may call an adapter. Empty lists mean nobody: access is never implicit."""
+    """Who may call an adapter. Empty lists mean nobody: access is never implicit.
+
+    Tenants are account-qualified: a bare name is that role or user name in this environment's
+    own account, never the same name in another account.
+    """
 
     tenants: list[str] = Field(default_factory=list)
     principals: list[str] = Field(
         default_factory=list, description="IAM principal ARNs (roles, users, assumed roles)"
     )
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenants(cls, v: list[str]) -> list[str]:
+        for t in v:
+            if not TENANT_RE.match(t):
+                raise ValueError(
+                    f"{t!r} is not a tenant: NAME (this account), ACCOUNT:NAME, ACCOUNT:* or *"
+                )
+        return v
 
 
 class TrainingOverrides(_Strict):
@@ -189,6 +208,11 @@ class AdapterEntry(_Strict):
     sha256: str | None = None
     allow: AccessPolicy = Field(default_factory=AccessPolicy)
     pin: bool = False
+    cache: Literal["tenant", "shared", "off"] = Field(
+        default="tenant",
+        description="who a cached answer may be shown to: the asking tenant only (default), "
+        "every caller allowed to use the adapter (shared), or nobody (off)",
+    )
 
     @field_validator("name")
     @classmethod

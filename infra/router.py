@@ -56,6 +56,8 @@ def caller_accounts(dep: Deployment) -> list[str]:
         for arn in (*a.entry.allow.principals, *dep.env.router.operators):
             if m := _ACCOUNT_IN_ARN.match(arn):
                 accounts.add(m.group(1))
+        # Tenants of other accounts are named ACCOUNT:NAME; bare names are this account's.
+        accounts.update(t.split(":", 1)[0] for t in a.entry.allow.tenants if ":" in t)
     return sorted(accounts)
 
 

@@ -1,10 +1,15 @@
 """Who is calling, and may they use this adapter.
 
 API Gateway's AWS_IAM authorization has already verified the SigV4 signature; the request
-context carries the caller's ARN. For an assumed role (arn:aws:sts::ACCOUNT:assumed-role/ROLE/
-SESSION) the role's IAM ARN is what catalog entries list, and the role name is the tenant unless
-an authorizer claim named ``tenant`` says otherwise. Access is never implicit: an adapter
-entry lists tenants, principal ARNs, or "*" for any authenticated caller.
+context carries the caller's ARN. A tenant is always account-qualified, ``ACCOUNT:NAME``: the
+role name of an assumed role (``arn:aws:sts::ACCOUNT:assumed-role/ROLE/SESSION``) or the user
+name, with the account it belongs to, so ``clinic-north`` in another account is someone else. In
+the catalog a bare tenant name means that name in this environment's own account (the API
+owner's, ``requestContext.accountId``); another account's tenant is written ``ACCOUNT:NAME`` and
+``ACCOUNT:*`` admits every caller of that account, ``*`` every caller of this one. Principal
+ARNs match exactly. An authorizer claim ``tenant`` replaces the IAM-derived tenant only where the
+environment configures such an authorizer (``trust_tenant_claim``); otherwise it is ignored.
+Access is never implicit.
 """
 
 from __future__ import annotations
@@ -16,17 +21,22 @@ from typing import Any
 _ASSUMED = re.compile(
     r"^arn:(?P<p>aws[a-z-]*):sts::(?P<acct>\d{12}):assumed-role/(?P<role>[^/]+)/.+$"
 )
-_IAM = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/(?:.*/)?(?P<name>[^/]+)$")
+_IAM = re.compile(r"^arn:aws[a-z-]*:iam::(?P<acct>\d{12}):(role|user)/(?:.*/)?(?P<name>[^/]+)$")
+_ACCOUNT = re.compile(r"^\d{12}$")
 
 
 @dataclass(frozen=True)
 class Caller:
     arn: str
     principals: frozenset[str]  # the ARN plus the role ARN it stands for
-    tenant: str | None
+    account: str | None
+    tenant: str | None  # ACCOUNT:NAME
+    own_account: str | None  # the API owner's account: where bare catalog tenant names live
 
 
-def caller_from_event(event: dict[str, Any]) -> Caller | None:
+def caller_from_event(
+    event: dict[str, Any], *, trust_tenant_claim: bool = False, own_account: str | None = None
+) -> Caller | None:
     ctx = event.get("requestContext") or {}
     if not isinstance(ctx, dict):
         return None
@@ -34,25 +44,41 @@ def caller_from_event(event: dict[str, Any]) -> Caller | None:
     arn = identity.get("userArn") if isinstance(identity, dict) else None
     if not isinstance(arn, str) or not arn.startswith("arn:"):
         return None
+    owner = ctx.get("accountId")
+    own = owner if isinstance(owner, str) and _ACCOUNT.match(owner) else own_account
     principals = {arn}
-    tenant = None
-    m = _ASSUMED.match(arn)
-    if m:
+    account = tenant = None
+    if m := _ASSUMED.match(arn):
         principals.add(f"arn:{m['p']}:iam::{m['acct']}:role/{m['role']}")
-        tenant = m["role"]
+        account, tenant = m["acct"], f"{m['acct']}:{m['role']}"
     elif (n := _IAM.match(arn)) is not None:
-        tenant = n["name"]
-    authorizer = ctx.get("authorizer") or {}
-    claims = authorizer.get("claims") if isinstance(authorizer, dict) else None
-    if isinstance(claims, dict) and isinstance(claims.get("tenant"), str):
-        tenant = claims["tenant"]
-    return Caller(arn=arn, principals=frozenset(principals), tenant=tenant)
+        account, tenant = n["acct"], f"{n['acct']}:{n['name']}"
+    if trust_tenant_claim:
+        authorizer = ctx.get("authorizer") or {}
+        claims = authorizer.get("claims") if isinstance(authorizer, dict) else None
+        if isinstance(claims, dict) and isinstance(claims.get("tenant"), str) and own:
+            claim = claims["tenant"]
+            tenant = claim if ":" in claim else f"{own}:{claim}"
+    return Caller(arn=arn, principals=frozenset(principals), account=account, tenant=tenant,
+                  own_account=own)  # fmt: skip
+
+
+def qualified(tenant: str, own_account: str | None) -> str | None:
+    """A catalog tenant as ``ACCOUNT:NAME`` (``*`` becomes ``OWN:*``); None when unknowable."""
+    if tenant == "*":
+        return f"{own_account}:*" if own_account else None
+    if ":" in tenant:
+        return tenant
+    return f"{own_account}:{tenant}" if own_account else None
 
 
 def allowed(caller: Caller, route: dict[str, Any]) -> bool:
-    tenants = route.get("tenants") or []
-    if "*" in tenants:
+    if any(p in (route.get("principals") or []) for p in caller.principals):
         return True
-    if caller.tenant is not None and caller.tenant in tenants:
-        return True
-    return any(p in (route.get("principals") or []) for p in caller.principals)
+    if caller.tenant is None or caller.account is None:
+        return False
+    for entry in route.get("tenants") or []:
+        q = qualified(str(entry), caller.own_account)
+        if q is not None and q in (caller.tenant, f"{caller.account}:*"):
+            return True
+    return False

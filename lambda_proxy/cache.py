@@ -22,10 +22,13 @@ def adapter_prefix(adapter: str) -> str:
     return f"lora:v1:{adapter}:"
 
 
-def cache_key(adapter: str, version: str, base_revision: str, request: dict[str, Any]) -> str:
+def cache_key(
+    adapter: str, version: str, base_revision: str, request: dict[str, Any], scope: str = "*"
+) -> str:
+    """``scope`` is who may see the answer: an account-qualified tenant, or ``*`` (shared)."""
     normalized = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     digest = hashlib.sha256(
-        f"{adapter}\0{version}\0{base_revision}\0{normalized}".encode()
+        f"{adapter}\0{version}\0{base_revision}\0{scope}\0{normalized}".encode()
     ).hexdigest()
     return adapter_prefix(adapter) + digest
 
@@ -58,9 +61,10 @@ class ResponseCache:
         if raw is None:
             return None
         try:
-            return json.loads(raw)
-        except (ValueError, TypeError):
+            value = json.loads(raw)
+        except (ValueError, TypeError, RecursionError):
             return None  # a corrupt entry is a miss; it is overwritten below
+        return value if isinstance(value, dict) else None  # so is one that is not an object
 
     def put(self, key: str, value: dict[str, Any]) -> bool:
         if self.client is None:

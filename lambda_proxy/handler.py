@@ -18,7 +18,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import ValidationError
 
-from lambda_proxy.auth import allowed, caller_from_event
+from lambda_proxy.auth import Caller, allowed, caller_from_event
 from lambda_proxy.cache import CacheUnavailableError, ResponseCache, cache_key
 from lambda_proxy.sagemaker import InvokeError, invoke, make_client
 from lambda_proxy.schema import GenerateRequest
@@ -87,9 +87,19 @@ def health() -> dict[str, Any]:
     }
 
 
+def _caller() -> Caller | None:
+    """The IAM caller; this function's own account stands in where the context has none."""
+    ctx = getattr(app, "lambda_context", None)
+    fn_arn = getattr(ctx, "invoked_function_arn", "") or ""
+    parts = fn_arn.split(":")
+    own = parts[4] if len(parts) > 4 and parts[4].isdigit() else None
+    return caller_from_event(app.current_event.raw_event, own_account=own,
+                             trust_tenant_claim=deps().settings.trust_tenant_claim)  # fmt: skip
+
+
 @app.get("/v1/adapters")
 def list_adapters() -> Response | dict[str, Any]:
-    caller = caller_from_event(app.current_event.raw_event)
+    caller = _caller()
     if caller is None:
         return _error(403, "no authenticated caller in the request context")
     table = deps().settings.routing_table
@@ -110,15 +120,18 @@ def generate(adapter: str) -> Response:
     d = deps()
     s = d.settings
     table = s.routing_table
-    route = table.get("adapters", {}).get(adapter)
-    if route is None:
-        metrics.add_metric(name="UnknownAdapter", unit=MetricUnit.Count, value=1)
-        return _error(404, f"unknown adapter {adapter[:64]!r}")
-    caller = caller_from_event(app.current_event.raw_event)
-    operators = set(table.get("operators") or ())
-    if caller is None or not (allowed(caller, route) or caller.principals & operators):
+    # Identity first, and one answer for "no such adapter" and "not yours": names cannot be
+    # listed by probing, with or without credentials.
+    caller = _caller()
+    if caller is None:
         metrics.add_metric(name="Forbidden", unit=MetricUnit.Count, value=1)
-        return _error(403, f"caller may not use adapter {adapter!r}")
+        return _error(403, "no authenticated caller in the request context")
+    route = table.get("adapters", {}).get(adapter)
+    operators = set(table.get("operators") or ())
+    if route is None or not (allowed(caller, route) or caller.principals & operators):
+        name = "UnknownAdapter" if route is None else "Forbidden"
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
+        return _error(404, f"unknown adapter {adapter[:64]!r}")
     raw = app.current_event.body or ""
     if len(raw.encode()) > s.max_body_bytes:
         return _error(413, f"body over the limit of {s.max_body_bytes} bytes")
@@ -129,6 +142,9 @@ def generate(adapter: str) -> Response:
             context={"max_new_tokens_cap": s.max_new_tokens_cap,
                      "max_stop_sequences": s.max_stop_sequences},
         )  # fmt: skip
+    except RecursionError:
+        nested = [{"field": "body", "message": "JSON nested too deeply"}]
+        return _error(400, "invalid request", details=nested)
     except (ValueError, TypeError) as exc:  # JSONDecodeError and ValidationError are ValueErrors
         details = (
             [{"field": ".".join(map(str, e["loc"])) or "body", "message": e["msg"]}
@@ -143,10 +159,15 @@ def generate(adapter: str) -> Response:
     else:
         payload["messages"] = [m.model_dump() for m in req.messages or []]
     version = str(route.get("version", ""))
-    key = cache_key(adapter, version, str(table.get("base_revision", "")), payload)
+    # Whose answers a cached answer may be shown to: the caller's tenant alone (the default: an
+    # identical prompt from another tenant must not reveal what this one asked), everyone
+    # (``shared``), or nobody (``off``).
+    mode = route.get("cache", "tenant")
+    scope = "*" if mode == "shared" else (caller.tenant or caller.arn)
+    key = cache_key(adapter, version, str(table.get("base_revision", "")), payload, scope)
 
     cache_status = "bypass"
-    if req.parameters.deterministic:
+    if req.parameters.deterministic and mode != "off":
         try:
             hit = d.cache.get(key)
         except CacheUnavailableError as exc:

@@ -42,6 +42,11 @@ class Parameters(BaseModel):
             raise ValueError("stop sequences must be 1 to 64 characters")
         return v
 
+    def within_cap(self, cap: int | None) -> None:
+        """The default (128) is bounded by the environment's cap too, not only a given value."""
+        if cap is not None and "max_new_tokens" not in self.model_fields_set:
+            self.max_new_tokens = min(self.max_new_tokens, cap)
+
     @property
     def deterministic(self) -> bool:
         return not self.do_sample or self.temperature == 0
@@ -55,7 +60,9 @@ class GenerateRequest(BaseModel):
     stream: bool = False
 
     @model_validator(mode="after")
-    def _one_prompt(self) -> GenerateRequest:
+    def _one_prompt(self, info: ValidationInfo) -> GenerateRequest:
         if (self.inputs is None) == (self.messages is None):
             raise ValueError("give exactly one of 'inputs' or 'messages'")
+        # Also when 'parameters' is absent (its default is built without the context).
+        self.parameters.within_cap((info.context or {}).get("max_new_tokens_cap"))
         return self

@@ -22,6 +22,9 @@ class RouterSettings:
     redis_secret_arn: str | None = None
     sagemaker_endpoint_url: str | None = None
     region: str | None = None
+    #: Take the tenant from an authorizer's ``tenant`` claim; only where the environment puts
+    #: such an authorizer in front of the API (infra sets none, so the IAM identity decides).
+    trust_tenant_claim: bool = False
 
 
 def _table() -> dict[str, Any]:
@@ -48,4 +51,5 @@ def settings() -> RouterSettings:
         redis_secret_arn=env.get("REDIS_SECRET_ARN") or None,
         sagemaker_endpoint_url=env.get("SAGEMAKER_ENDPOINT_URL") or None,
         region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
+        trust_tenant_claim=env.get("TRUST_TENANT_CLAIM", "").lower() in ("1", "true", "yes"),
     )

@@ -209,3 +209,31 @@ def test_cli_prints_table_and_fails_with_messages(tmp_path: Path) -> None:
     )  # fmt: skip
     assert bad.returncode == 1
     assert "adapter 'new-adapter'" in bad.stderr and "field 'task'" in bad.stderr
+
+
+@pytest.mark.parametrize("tenant", ["clinic north", "12345:clinic", "clinic:north", ""])
+def test_a_tenant_that_is_not_account_qualifiable_is_refused_with_the_entry(tmp_path, tenant):
+    import yaml
+
+    from config import CATALOG_PATH, CatalogError, load_catalog
+
+    data = yaml.safe_load(CATALOG_PATH.read_text())
+    data["adapters"][0]["allow"] = {"tenants": [tenant]}
+    path = tmp_path / "adapters.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(CatalogError, match=data["adapters"][0]["name"]):
+        load_catalog(path)
+
+
+def test_account_qualified_tenants_and_cache_modes_load(tmp_path):
+    import yaml
+
+    from config import CATALOG_PATH, load_catalog
+
+    data = yaml.safe_load(CATALOG_PATH.read_text())
+    data["adapters"][0]["allow"] = {"tenants": ["clinic-north", "999999999999:clinic-north",
+                                                "999999999999:*", "*"]}  # fmt: skip
+    data["adapters"][0]["cache"] = "shared"
+    path = tmp_path / "adapters.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert load_catalog(path).adapters[0].cache == "shared"

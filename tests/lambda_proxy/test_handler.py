@@ -55,7 +55,8 @@ def test_sampling_requests_bypass_the_cache(router) -> None:
 
 def test_forbidden_and_unknown_never_reach_sagemaker(router) -> None:
     status, out = call(event(body=_body(), arn=OTHER_ROLE))
-    assert status == 403 and "medical" in out["error"]
+    # Not yours answers exactly like no such adapter.
+    assert status == 404 and out["error"] == "unknown adapter 'medical'"
     status, out = call(event(path="/v1/adapters/lora-test-medical/generate", body=_body()))
     assert status == 404  # a component name is not an adapter name
     status, out = call(event(path="/v1/adapters/nope/generate", body=_body()))
@@ -198,7 +199,7 @@ def test_an_operator_principal_may_call_every_adapter_and_no_one_else_gains(rout
     status, out = call(event(body=_body(), arn=OTHER_ROLE))  # the role intruder's session
     assert status == 200, out
     stranger = "arn:aws:sts::123456789012:assumed-role/stranger/s"
-    assert call(event(body=_body(), arn=stranger))[0] == 403
+    assert call(event(body=_body(), arn=stranger))[0] == 404
     status, listed = call(event("GET", "/v1/adapters", arn=OTHER_ROLE))
     assert status == 200
     assert {a["name"] for a in listed["adapters"]} == set(table["adapters"])

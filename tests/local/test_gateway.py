@@ -22,7 +22,7 @@ def test_the_proxy_event_is_one_the_router_accepts_and_names_the_tenant() -> Non
     )
     assert _shape_error(event) is None
     caller = caller_from_event(event)
-    assert caller is not None and caller.tenant == "sales-ops"
+    assert caller is not None and caller.tenant == "000000000000:sales-ops"  # account-qualified
     assert "arn:aws:iam::000000000000:role/sales-ops" in caller.principals
 
 

@@ -1,0 +1,148 @@
+"""Account-qualified callers, no enumeration, tenant-private caching, and bounded input."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from lambda_proxy import handler as h
+from lambda_proxy.settings import RouterSettings
+from tests.lambda_proxy.conftest import TABLE, call, event, model_answer
+
+OWN = "123456789012"
+FOREIGN = "999999999999"
+
+
+def _body(**params):
+    # A new prompt every time: Redis keeps answers between runs.
+    return {
+        "inputs": f"pt 45yo m c/o sob {uuid.uuid4().hex}",
+        "parameters": {"max_new_tokens": 8, **params},
+    }
+
+
+def _expect(stub, component: str = "lora-test-medical", check=None) -> None:
+    expected = None if check is None else {
+        "EndpointName": "lora-test-endpoint", "InferenceComponentName": component,
+        "ContentType": "application/json", "Accept": "application/json", "Body": check}  # fmt: skip
+    stub.add_response("invoke_endpoint", model_answer(), expected)
+
+
+@pytest.mark.parametrize("arn", [
+    f"arn:aws:sts::{FOREIGN}:assumed-role/clinic-north/x",
+    f"arn:aws:iam::{FOREIGN}:user/clinic-north",
+])  # fmt: skip
+def test_the_same_role_or_user_name_in_another_account_is_someone_else(router, arn) -> None:
+    status, out = call(event(body=_body(), arn=arn))
+    assert status == 404 and out["error"] == "unknown adapter 'medical'"
+
+
+def test_another_accounts_tenant_is_admitted_only_when_named_with_its_account(
+    router, sagemaker
+) -> None:
+    stub, cache = router
+    table = json.loads(json.dumps(TABLE))
+    table["adapters"]["medical"]["tenants"] = [f"{FOREIGN}:clinic-north"]
+    h.configure(h.Dependencies(RouterSettings(routing_table=table), cache, sagemaker[0]))
+    _expect(stub)
+    assert (
+        call(event(body=_body(), arn=f"arn:aws:sts::{FOREIGN}:assumed-role/clinic-north/x"))[0]
+        == 200
+    )
+    # ... and the bare name no longer admits this account's clinic-north.
+    assert call(event(body=_body()))[0] == 404
+
+
+def test_an_authorizer_claim_does_not_override_the_iam_identity(router) -> None:
+    ev = event(body=_body(), arn=f"arn:aws:sts::{OWN}:assumed-role/intruder/x")
+    ev["requestContext"]["authorizer"] = {"claims": {"tenant": "clinic-north"}}
+    assert call(ev)[0] == 404
+
+
+def test_unknown_and_forbidden_adapters_cannot_be_told_apart(router) -> None:
+    stranger = f"arn:aws:sts::{OWN}:assumed-role/stranger/s"
+    forbidden = call(event(body=_body(), arn=stranger))
+    unknown = call(event(path="/v1/adapters/medicaI/generate", body=_body(), arn=stranger))
+    assert forbidden[0] == unknown[0] == 404
+    assert forbidden[1]["error"].replace("medical", "X") == unknown[1]["error"].replace(
+        "medicaI", "X"
+    )
+    # No identity at all: refused before any adapter name is looked at.
+    assert call(event(path="/v1/adapters/nope/generate", body=_body(), arn=None))[0] == 403
+    assert call(event(body=_body(), arn=None))[0] == 403
+
+
+def test_a_cached_answer_is_private_to_the_tenant_that_asked(router, sagemaker) -> None:
+    stub, cache = router
+    table = json.loads(json.dumps(TABLE))
+    table["adapters"]["medical"]["tenants"] = ["clinic-north", "clinic-south"]
+    h.configure(h.Dependencies(RouterSettings(routing_table=table), cache, sagemaker[0]))
+    body = _body()
+    north = f"arn:aws:sts::{OWN}:assumed-role/clinic-north/a"
+    south = f"arn:aws:sts::{OWN}:assumed-role/clinic-south/b"
+    _expect(stub)
+    assert call(event(body=body, arn=north))[1]["cache"] == "miss"
+    assert call(event(body=body, arn=north))[1]["cache"] == "hit"
+    _expect(stub)
+    assert call(event(body=body, arn=south))[1]["cache"] == "miss", "another tenant's answer"
+
+
+def test_shared_and_off_cache_modes(router, sagemaker) -> None:
+    stub, cache = router
+    table = json.loads(json.dumps(TABLE))
+    table["adapters"]["public"]["cache"] = "shared"
+    table["adapters"]["medical"]["cache"] = "off"
+    h.configure(h.Dependencies(RouterSettings(routing_table=table), cache, sagemaker[0]))
+    body = _body()
+    a = f"arn:aws:sts::{OWN}:assumed-role/clinic-north/a"
+    b = f"arn:aws:sts::{OWN}:assumed-role/someone/b"
+    _expect(stub, "lora-test-public")
+    assert call(event(path="/v1/adapters/public/generate", body=body, arn=a))[1]["cache"] == "miss"
+    assert call(event(path="/v1/adapters/public/generate", body=body, arn=b))[1]["cache"] == "hit"
+    for _ in range(2):
+        _expect(stub)
+        assert call(event(body=body, arn=a))[1]["cache"] == "bypass"
+
+
+@pytest.mark.parametrize("depth", [1_500, 100_000])
+def test_deeply_nested_json_is_a_400(router, sagemaker, depth) -> None:
+    _, cache = router
+    h.configure(h.Dependencies(RouterSettings(routing_table=TABLE), cache, sagemaker[0]))
+    deep = "[" * depth + "]" * depth
+    status, out = call(event(body='{"inputs": "x", "parameters": ' + deep + "}"))
+    assert status == 400, out
+
+
+def test_a_cache_entry_that_is_not_an_object_is_a_miss(router, redis_client) -> None:
+    from lambda_proxy.cache import ResponseCache
+
+    cache = ResponseCache(redis_client, 60)
+    for raw in (b"[1, 2]", b'"text"', b"42", b"[" * 50_000 + b"]" * 50_000):
+        redis_client.set("lora:v1:test:odd", raw)
+        assert cache.get("lora:v1:test:odd") is None
+    redis_client.delete("lora:v1:test:odd")
+
+
+def test_the_cap_bounds_the_default_number_of_new_tokens(router, sagemaker) -> None:
+    stub, cache = router
+    settings = RouterSettings(routing_table=TABLE, max_new_tokens_cap=16)
+    h.configure(h.Dependencies(settings, cache, sagemaker[0]))
+    sent = {}
+
+    def capture(body) -> bool:
+        sent.update(json.loads(body))
+        return True
+
+    class Captured:
+        def __eq__(self, other) -> bool:
+            return capture(other)
+
+    stub.add_response("invoke_endpoint", model_answer(), {
+        "EndpointName": "lora-test-endpoint", "InferenceComponentName": "lora-test-medical",
+        "ContentType": "application/json", "Accept": "application/json", "Body": Captured()})  # fmt: skip
+    status, _ = call(event(body={"inputs": "x", "parameters": {"do_sample": True,
+                                                               "temperature": 0.5}}))  # fmt: skip
+    assert status == 200
+    assert sent["parameters"]["max_new_tokens"] == 16
