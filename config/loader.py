@@ -237,10 +237,16 @@ class Deployment:
                     "tenants": list(a.entry.allow.tenants),
                     "principals": list(a.entry.allow.principals),
                     "cache": a.entry.cache,
+                    **_quota(a.entry),
                 }
                 for a in self.adapters
             },
         }
+
+
+def _quota(entry: AdapterEntry) -> dict[str, Any]:
+    """An entry's own quota for the routing table, when it has one."""
+    return {"quota": entry.quota.model_dump(exclude_none=True)} if entry.quota else {}
 
 
 def load_environment(name: str, directory: Path = ENVIRONMENTS_DIR) -> Environment:

@@ -182,6 +182,13 @@ class AccessPolicy(_Strict):
         return v
 
 
+class QuotaConfig(_Strict):
+    """Per-tenant limits per minute; a limit left out is not enforced."""
+
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    tokens_per_minute: int | None = Field(default=None, ge=1)
+
+
 class TrainingOverrides(_Strict):
     learning_rate: float | None = Field(default=None, gt=0)
     epochs: float | None = Field(default=None, gt=0)
@@ -208,6 +215,9 @@ class AdapterEntry(_Strict):
     sha256: str | None = None
     allow: AccessPolicy = Field(default_factory=AccessPolicy)
     pin: bool = False
+    quota: QuotaConfig | None = Field(
+        default=None, description="per-tenant limits on this adapter, besides the environment's"
+    )
     cache: Literal["tenant", "shared", "off"] = Field(
         default="tenant",
         description="who a cached answer may be shown to: the asking tenant only (default), "
@@ -345,6 +355,9 @@ class RouterConfig(_Strict):
     operators: list[str] = Field(
         default_factory=list,
         description="IAM principal ARNs that may call every adapter (smoke checks, on-call)",
+    )
+    quota: QuotaConfig = Field(
+        default_factory=QuotaConfig, description="per-tenant limits across every adapter"
     )
     throttle_rate: float = Field(default=50, gt=0)
     throttle_burst: int = Field(default=100, gt=0)

@@ -131,6 +131,8 @@ class Router(Construct):
                 "MAX_NEW_TOKENS_CAP": str(r.max_new_tokens_cap),
                 "MAX_STOP_SEQUENCES": str(r.max_stop_sequences),
                 "MAX_BODY_BYTES": str(r.max_body_bytes),
+                **{f"QUOTA_{k.upper()}": str(v)
+                   for k, v in r.quota.model_dump(exclude_none=True).items()},
             },
         )  # fmt: skip
         self.function.node.add_dependency(self.policy)

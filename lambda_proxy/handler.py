@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from lambda_proxy.auth import Caller, allowed, caller_from_event
 from lambda_proxy.cache import CacheUnavailableError, ResponseCache, cache_key
+from lambda_proxy.quota import Limits, Quotas
 from lambda_proxy.sagemaker import InvokeError, invoke, make_client
 from lambda_proxy.schema import GenerateRequest
 from lambda_proxy.settings import RouterSettings, settings
@@ -35,6 +36,15 @@ class Dependencies:
     settings: RouterSettings
     cache: ResponseCache
     client: Any
+    quotas: Quotas | None = None
+
+    def __post_init__(self) -> None:
+        if self.quotas is None:
+            s = self.settings
+            wide = None
+            if s.quota_requests_per_minute is not None or s.quota_tokens_per_minute is not None:
+                wide = Limits(s.quota_requests_per_minute, s.quota_tokens_per_minute)
+            self.quotas = Quotas(self.cache.client, wide)
 
 
 _deps: Dependencies | None = None
@@ -153,6 +163,18 @@ def generate(adapter: str) -> Response:
         )  # fmt: skip
         return _error(400, "invalid request", details=details)
 
+    who = caller.tenant or caller.arn
+    quota = d.quotas.check(who, adapter, req.parameters.max_new_tokens,  # type: ignore[union-attr]
+                           Limits.of(route.get("quota")))  # fmt: skip
+    if not quota.enforced:
+        metrics.add_metric(name="QuotaUnavailable", unit=MetricUnit.Count, value=1)
+    if not quota.allowed:
+        metrics.add_metric(name="QuotaExceeded", unit=MetricUnit.Count, value=1)
+        response = _error(429, f"quota exceeded ({quota.limit}); retry in {quota.retry_after_s} s",
+                          code="QuotaExceeded")  # fmt: skip
+        response.headers["Retry-After"] = str(quota.retry_after_s)
+        return response
+
     payload: dict[str, Any] = {"parameters": req.parameters.model_dump(exclude_none=True)}
     if req.inputs is not None:
         payload["inputs"] = req.inputs
@@ -187,16 +209,32 @@ def generate(adapter: str) -> Response:
     try:
         with tracer.provider.in_subsegment("invoke_endpoint") as sub:
             sub.put_annotation(key="adapter", value=adapter)
-            result = invoke(d.client, table["endpoint"], route["component"], payload)
+            result = invoke(d.client, table["endpoint"], route["component"], payload,
+                            deadline_s=s.invoke_deadline_s)  # fmt: skip
     except InvokeError as exc:
         metrics.add_metric(name=f"Error{exc.status}", unit=MetricUnit.Count, value=1)
         logger.warning("invoke failed", extra={"adapter": adapter, "code": exc.code})
         return _error(exc.status, exc.message, code=exc.code)
     model_ms = (time.perf_counter() - t_model) * 1000
     metrics.add_metric(name="ModelLatency", unit=MetricUnit.Milliseconds, value=model_ms)
-    if cache_status == "miss":
+    if cache_status == "miss" and _served_as_routed(adapter, version, result):
         d.cache.put(key, result)
     return _answer(adapter, version, result, cache_status, t0, model_ms)
+
+
+def _served_as_routed(adapter: str, version: str, result: dict[str, Any]) -> bool:
+    """Whether the artifact the container reports is the one the key names. During a rollout a
+    container may still serve the previous version; its answer must not be cached under the new
+    one. Engines that report no identity (AWS's LMI image) are trusted to the routing table."""
+    artifact = result.get("artifact")
+    if not isinstance(artifact, dict):
+        return True
+    if (artifact.get("name"), artifact.get("version")) == (adapter, version):
+        return True
+    metrics.add_metric(name="ArtifactMismatch", unit=MetricUnit.Count, value=1)
+    logger.warning("served artifact differs from the route; answer not cached",
+                   extra={"adapter": adapter, "routed": version, "served": artifact})  # fmt: skip
+    return False
 
 
 def _answer(adapter: str, version: str, result: dict[str, Any], cache: str, t0: float,

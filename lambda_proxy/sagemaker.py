@@ -1,19 +1,36 @@
-"""InvokeEndpoint with InferenceComponentName, adaptive retries, and errors mapped for clients.
+"""InvokeEndpoint with InferenceComponentName, retries that never repeat a generation, and
+errors mapped for clients.
 
-Retries (botocore's adaptive mode: throttling and 5xx) and timeouts are sized so that the whole
-call ends before the router's deadline, which is shorter than the Lambda's timeout: a client
-gets a clear 504 instead of a Lambda timeout.
+A generation must run once. botocore retries a read timeout (and 5xx), which for a slow
+generation means the GPU runs it two or three times while the client waits for API Gateway's own
+timeout. So botocore does not retry here (``max_attempts: 1``); the read timeout is the whole
+deadline; and this module retries only what proves the request never reached the container: a
+connection that could not be made, or SageMaker's throttling (its 429 comes before any
+container sees the request). The whole call ends within the router's deadline, which is shorter
+than the Lambda's timeout, so a client gets a clear 504 instead of a Lambda or gateway timeout.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, ReadTimeoutError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
+
+#: Error codes that prove the container never saw the request.
+RETRYABLE_CODES = frozenset({"ThrottlingException", "ThrottledException"})
+MAX_ATTEMPTS = 3
+CONNECT_TIMEOUT_S = 2.0
 
 _ERRORS: dict[str, tuple[int, str]] = {
     "ModelError": (502, "the model container returned an error"),
@@ -39,9 +56,11 @@ class InvokeError(Exception):
 
 def make_client(endpoint_url: str | None, region: str | None, deadline_s: float) -> Any:
     config = Config(
-        retries={"mode": "adaptive", "max_attempts": 3},
-        connect_timeout=2,
-        read_timeout=max(1.0, deadline_s / 2),
+        # One attempt in all (botocore counts retries in max_attempts, every try in
+        # total_max_attempts).
+        retries={"mode": "standard", "total_max_attempts": 1},
+        connect_timeout=CONNECT_TIMEOUT_S,
+        read_timeout=max(1.0, deadline_s),
         tcp_keepalive=True,
     )
     return boto3.client(
@@ -49,14 +68,36 @@ def make_client(endpoint_url: str | None, region: str | None, deadline_s: float)
     )
 
 
-def invoke(client: Any, endpoint: str, component: str, payload: dict[str, Any]) -> dict[str, Any]:
+def invoke(
+    client: Any, endpoint: str, component: str, payload: dict[str, Any], deadline_s: float = 60.0
+) -> dict[str, Any]:
+    """One generation; retried only when it provably did not start, within the deadline."""
+    deadline = time.monotonic() + deadline_s
+    body = json.dumps(payload).encode()
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        try:
+            return _invoke_once(client, endpoint, component, body)
+        except _NotStarted as exc:
+            backoff = 0.1 * 2**attempt
+            if attempt == MAX_ATTEMPTS or time.monotonic() + backoff + 1.0 > deadline:
+                raise exc.error from None
+            time.sleep(backoff)
+    raise AssertionError("unreachable")
+
+
+class _NotStarted(Exception):  # noqa: N818 - a signal to retry, carrying the client's error
+    def __init__(self, error: InvokeError) -> None:
+        self.error = error
+
+
+def _invoke_once(client: Any, endpoint: str, component: str, body: bytes) -> dict[str, Any]:
     try:
         resp = client.invoke_endpoint(
             EndpointName=endpoint,
             InferenceComponentName=component,
             ContentType="application/json",
             Accept="application/json",
-            Body=json.dumps(payload).encode(),
+            Body=body,
         )
     except ClientError as exc:
         err = exc.response.get("Error", {})
@@ -68,13 +109,22 @@ def invoke(client: Any, endpoint: str, component: str, payload: dict[str, Any]) 
             message = f"{message}: {original}"
         elif detail:
             message = f"{message}: {detail}"
-        raise InvokeError(status, message, code) from exc
-    except (ReadTimeoutError, ConnectTimeoutError) as exc:
+        error = InvokeError(status, message, code)
+        if code in RETRYABLE_CODES:
+            raise _NotStarted(error) from exc
+        raise error from exc
+    except (ConnectTimeoutError, EndpointConnectionError) as exc:
+        # No connection, so no request: safe to try again.
+        raise _NotStarted(
+            InvokeError(502, f"cannot reach SageMaker: {exc}", type(exc).__name__)
+        ) from exc
+    except ReadTimeoutError as exc:
+        # The request may be generating: never sent again.
         raise InvokeError(504, "the model did not answer within the deadline", "Timeout") from exc
-    except BotoCoreError as exc:  # no credentials, endpoint unreachable, ...
+    except BotoCoreError as exc:  # no credentials, ...
         raise InvokeError(502, f"cannot reach SageMaker: {exc}", type(exc).__name__) from exc
-    body = resp["Body"].read()
+    raw = resp["Body"].read()
     try:
-        return json.loads(body)
+        return json.loads(raw)
     except (ValueError, TypeError) as exc:
         raise InvokeError(502, "the model returned a non-JSON answer", "BadModelOutput") from exc

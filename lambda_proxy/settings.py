@@ -25,6 +25,9 @@ class RouterSettings:
     #: Take the tenant from an authorizer's ``tenant`` claim; only where the environment puts
     #: such an authorizer in front of the API (infra sets none, so the IAM identity decides).
     trust_tenant_claim: bool = False
+    #: Per-tenant limits across all adapters (a catalog entry may add its own): None = none.
+    quota_requests_per_minute: int | None = None
+    quota_tokens_per_minute: int | None = None
 
 
 def _table() -> dict[str, Any]:
@@ -52,4 +55,10 @@ def settings() -> RouterSettings:
         sagemaker_endpoint_url=env.get("SAGEMAKER_ENDPOINT_URL") or None,
         region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
         trust_tenant_claim=env.get("TRUST_TENANT_CLAIM", "").lower() in ("1", "true", "yes"),
+        quota_requests_per_minute=_int_or_none(env.get("QUOTA_REQUESTS_PER_MINUTE")),
+        quota_tokens_per_minute=_int_or_none(env.get("QUOTA_TOKENS_PER_MINUTE")),
     )
+
+
+def _int_or_none(raw: str | None) -> int | None:
+    return int(raw) if raw not in (None, "") else None

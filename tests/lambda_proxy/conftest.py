@@ -80,8 +80,9 @@ def call(ev: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     return out["statusCode"], json.loads(out["body"])
 
 
-def model_answer(text: str = "Patient has shortness of breath.") -> dict[str, Any]:
-    body = json.dumps({"generated_text": text, "finish_reason": "stop",
+def model_answer(text: str = "Patient has shortness of breath.",
+                 artifact: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    body = json.dumps({"generated_text": text, "finish_reason": "stop", "artifact": artifact,
                        "usage": {"input_tokens": 5, "output_tokens": 6}}).encode()  # fmt: skip
     return {"Body": StreamingBody(io.BytesIO(body), len(body)), "ContentType": "application/json"}
 

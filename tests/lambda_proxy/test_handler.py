@@ -11,7 +11,7 @@ from botocore.stub import ANY
 
 from lambda_proxy import handler as h
 from lambda_proxy.cache import ResponseCache
-from lambda_proxy.sagemaker import make_client
+from lambda_proxy.sagemaker import MAX_ATTEMPTS, RETRYABLE_CODES, make_client
 from tests.lambda_proxy.conftest import OTHER_ROLE, call, event, model_answer
 
 
@@ -119,8 +119,10 @@ def test_oversized_body_is_413(router) -> None:
 )
 def test_sagemaker_errors_map_to_clear_client_errors(router, code, http, status) -> None:
     stub, _ = router
-    stub.add_client_error("invoke_endpoint", service_error_code=code,
-                          service_message=f"detail of {code}", http_status_code=http)  # fmt: skip
+    # Throttling is retried (SageMaker refused it before any container saw it); nothing else is.
+    for _ in range(MAX_ATTEMPTS if code in RETRYABLE_CODES else 1):
+        stub.add_client_error("invoke_endpoint", service_error_code=code,
+                              service_message=f"detail of {code}", http_status_code=http)  # fmt: skip
     got, out = call(event(body=_body()))
     assert got == status and out["code"] == code and out["request_id"]
     if code == "ModelError":

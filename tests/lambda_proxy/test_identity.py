@@ -146,3 +146,17 @@ def test_the_cap_bounds_the_default_number_of_new_tokens(router, sagemaker) -> N
                                                                "temperature": 0.5}}))  # fmt: skip
     assert status == 200
     assert sent["parameters"]["max_new_tokens"] == 16
+
+
+def test_an_answer_from_another_artifact_version_is_not_cached(router) -> None:
+    stub, _ = router
+    body = _body()
+    stale = {"name": "medical", "version": "0.9.0", "sha256": "ab" * 32}
+    for _ in range(2):  # both go to the model: the first answer came from the old version
+        stub.add_response("invoke_endpoint", model_answer(artifact=stale))
+        status, out = call(event(body=body))
+        assert status == 200 and out["cache"] == "miss"
+    current = {"name": "medical", "version": "1.0.0", "sha256": "cd" * 32}
+    stub.add_response("invoke_endpoint", model_answer(artifact=current))
+    assert call(event(body=body))[1]["cache"] == "miss"
+    assert call(event(body=body))[1]["cache"] == "hit"
