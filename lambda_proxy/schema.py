@@ -13,13 +13,29 @@ class Message(BaseModel):
     content: str = Field(min_length=1)
 
 
+#: The runtime's sampling bounds (runtime/engine.py; the router ships alone, so they are
+#: repeated here): temperature 0 or at least MIN_TEMPERATURE, a penalty within the range.
+MIN_TEMPERATURE = 1e-2
+REPETITION_PENALTY = (0.1, 10.0)
+
+
 class Parameters(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max_new_tokens: int = Field(default=128, ge=1)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=0, le=1000)
-    repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
+    repetition_penalty: float = Field(
+        default=1.0, ge=REPETITION_PENALTY[0], le=REPETITION_PENALTY[1]
+    )
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, v: float) -> float:
+        if 0 < v < MIN_TEMPERATURE:
+            raise ValueError(f"must be 0 (greedy) or at least {MIN_TEMPERATURE:g}")
+        return v
+
     stop: list[str] = Field(default_factory=list)
     seed: int | None = Field(default=None, ge=0, lt=2**31)
     do_sample: bool = False

@@ -34,6 +34,13 @@ from runtime.telemetry import Telemetry, host_rss_bytes, host_total_bytes
 log = logging.getLogger("runtime.engine")
 
 
+#: Sampling bounds, the same in the router's schema: a temperature is 0 (greedy) or at least
+#: MIN_TEMPERATURE; a repetition penalty lies within REPETITION_PENALTY. Outside them logits
+#: overflow to inf/nan (5e-324 divides them into infinity).
+MIN_TEMPERATURE = 1e-2
+REPETITION_PENALTY = (0.1, 10.0)
+
+
 class EngineError(Exception):
     """A request failed; ``status`` is the HTTP status the server answers with."""
 
@@ -92,6 +99,12 @@ class GenRequest:
             "usage": {"input_tokens": len(self.input_ids), "output_tokens": len(self.output_ids)},
             "timings_ms": {k: round(v, 3) for k, v in self.timings.items()},
         }
+
+
+def _check_scores(row: torch.Tensor, after: str) -> None:
+    """Scores may be -inf (masked) but never NaN or +inf: both make sampling meaningless."""
+    if torch.isnan(row).any() or torch.isposinf(row).any():
+        raise FloatingPointError(f"the scores are not finite after {after}")
 
 
 def pick_dtype(setting: str) -> torch.dtype:
@@ -269,16 +282,25 @@ class Engine:
                 except queue.Empty:
                     break
             self.telemetry.queue_depth.set(len(self._waiting))
-            batch = self._form_batch()
-            if batch:
-                try:
+            batch: list[GenRequest] = []
+            try:
+                batch = self._form_batch()
+                if batch:
                     self._run(batch)
-                except Exception as exc:  # a failed batch fails its requests, never the server
-                    log.exception("batch failed")
-                    for r in batch:
+                elif self._waiting:
+                    time.sleep(0.002)
+            except Exception as exc:
+                # A failed batch fails its own unfinished requests, never the engine thread.
+                log.exception("batch failed")
+                for r in batch:
+                    if not r.done.is_set():
                         self._finish_error(r, EngineError(500, f"generation failed: {exc}"))
-            elif self._waiting:
-                time.sleep(0.002)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the engine thread still runs: ``/ping`` fails when it does not, so SageMaker
+        replaces the copy instead of routing requests that would never finish."""
+        return self._thread is not None and self._thread.is_alive()
 
     def _form_batch(self) -> list[GenRequest]:
         batch: list[GenRequest] = []
@@ -287,26 +309,46 @@ class Engine:
         for req in list(self._waiting):
             if len(batch) >= self.settings.max_batch_size:
                 break
-            if now > req.deadline:
-                self._waiting.remove(req)
-                self._finish_error(req, EngineError(504, "request timed out waiting in the queue"))
-                continue
-            if req.adapter is not None:
-                rec = self.cache.get(req.adapter)
-                if rec is None:
+            try:
+                names = self._admit(req, batch, names, now)
+            except Exception as exc:
+                log.exception("admitting request %s failed", req.id)
+                if req in self._waiting:
                     self._waiting.remove(req)
-                    self._finish_error(
-                        req, EngineError(404, f"adapter {req.adapter!r} is not registered")
-                    )
-                    continue
-                wanted = names | {req.adapter}
-                if req.adapter not in names and not self.cache.can_fit(wanted):
-                    continue  # waits for a later batch, when a slot can be freed
-                names = wanted
-                req.record = self.cache.hold(req.adapter)
-            self._waiting.remove(req)
-            batch.append(req)
+                self._finish_error(req, EngineError(500, f"could not schedule the request: {exc}"))
         return batch
+
+    def _admit(
+        self, req: GenRequest, batch: list[GenRequest], names: set[str], now: float
+    ) -> set[str]:
+        """Move ``req`` into ``batch`` when its adapter fits; the adapters of the batch after."""
+        if now > req.deadline:
+            self._waiting.remove(req)
+            self._finish_error(req, EngineError(504, "request timed out waiting in the queue"))
+            return names
+        if req.adapter is not None:
+            rec = self.cache.get(req.adapter)
+            if rec is None:
+                self._waiting.remove(req)
+                self._finish_error(
+                    req, EngineError(404, f"adapter {req.adapter!r} is not registered")
+                )
+                return names
+            wanted = names | {req.adapter}
+            if req.adapter not in names and not self.cache.can_fit(wanted):
+                return names  # waits for a later batch, when a slot can be freed
+            try:
+                req.record = self.cache.hold(req.adapter)
+            except KeyError:  # unregistered between get() and hold()
+                self._waiting.remove(req)
+                self._finish_error(
+                    req, EngineError(404, f"adapter {req.adapter!r} is not registered")
+                )
+                return names
+            names = wanted
+        self._waiting.remove(req)
+        batch.append(req)
+        return names
 
     def _finish_error(self, req: GenRequest, err: EngineError) -> None:
         req.error = err
@@ -351,10 +393,13 @@ class Engine:
                 r.timings["prefill"] = (t_prefill - t_loaded) * 1000
             last_pos = positions[:, -1]
             while active:
-                tokens = self._choose(logits, active)
+                tokens, failed = self._choose(logits, active)
                 keep: list[int] = []
                 now = time.perf_counter()
                 for i, (r, tok) in enumerate(zip(active, tokens, strict=True)):
+                    if i in failed:  # this row alone fails; the others go on unchanged
+                        self._finish_error(r, failed[i])
+                        continue
                     if self._advance(r, tok, now):
                         keep.append(i)
                     else:
@@ -386,41 +431,63 @@ class Engine:
                 )
                 logits = out.logits[:, -1, :]
 
-    def _choose(self, logits: torch.Tensor, rows: list[GenRequest]) -> list[int]:
+    def _choose(
+        self, logits: torch.Tensor, rows: list[GenRequest]
+    ) -> tuple[list[int], dict[int, EngineError]]:
+        """Each row's next token, and the rows that cannot go on (non-finite scores or a
+        failure in their own post-processing): those fail alone."""
         logits = logits.float()
         eos = sorted(self.eos_ids)
         for i, r in enumerate(rows):
             if eos and len(r.output_ids) < r.params.min_new_tokens:
                 logits[i, eos] = float("-inf")  # as transformers' min_new_tokens does
         greedy = logits.argmax(dim=-1).tolist()
+        finite = torch.isfinite(logits).any(dim=-1).tolist()
         out: list[int] = []
+        failed: dict[int, EngineError] = {}
         for i, r in enumerate(rows):
-            p = r.params
-            if p.greedy and p.repetition_penalty == 1.0:
-                out.append(greedy[i])
-                continue
-            row = logits[i].clone()
-            if p.repetition_penalty != 1.0:
-                seen = torch.tensor(sorted(set(r.input_ids) | set(r.output_ids)), device=row.device)
-                score = row[seen]
-                row[seen] = torch.where(
-                    score < 0, score * p.repetition_penalty, score / p.repetition_penalty
+            try:
+                if not finite[i] or torch.isnan(logits[i]).any():
+                    raise FloatingPointError("the model's scores are not finite")
+                out.append(self._choose_row(logits[i], greedy[i], r))
+            except Exception as exc:
+                failed[i] = EngineError(
+                    400 if isinstance(exc, FloatingPointError) else 500,
+                    f"sampling failed for this request: {exc}",
                 )
-            if p.greedy:
-                out.append(int(row.argmax()))
-                continue
-            row = row / p.temperature
-            if p.top_k > 0:
-                kth = torch.topk(row, min(p.top_k, row.numel())).values[-1]
-                row[row < kth] = float("-inf")
-            if p.top_p < 1.0:
-                sorted_logits, order = torch.sort(row, descending=True)
-                cum = sorted_logits.softmax(-1).cumsum(-1)
-                drop = cum - sorted_logits.softmax(-1) > p.top_p  # keep the token crossing top_p
-                row[order[drop]] = float("-inf")
-            probs = row.softmax(-1).cpu()
-            out.append(int(torch.multinomial(probs, 1, generator=r.generator)))
-        return out
+                out.append(0)
+        return out, failed
+
+    def _choose_row(self, scores: torch.Tensor, greedy: int, r: GenRequest) -> int:
+        p = r.params
+        if p.greedy and p.repetition_penalty == 1.0:
+            return greedy
+        if not (p.greedy or p.temperature >= MIN_TEMPERATURE):
+            raise FloatingPointError(f"temperature {p.temperature:g} is below {MIN_TEMPERATURE:g}")
+        row = scores.clone()
+        if p.repetition_penalty != 1.0:
+            seen = torch.tensor(sorted(set(r.input_ids) | set(r.output_ids)), device=row.device)
+            score = row[seen]
+            row[seen] = torch.where(
+                score < 0, score * p.repetition_penalty, score / p.repetition_penalty
+            )
+            _check_scores(row, "the repetition penalty")
+        if p.greedy:
+            return int(row.argmax())
+        row = row / p.temperature
+        _check_scores(row, "the temperature")
+        if p.top_k > 0:
+            kth = torch.topk(row, min(p.top_k, row.numel())).values[-1]
+            row[row < kth] = float("-inf")
+        if p.top_p < 1.0:
+            sorted_logits, order = torch.sort(row, descending=True)
+            cum = sorted_logits.softmax(-1).cumsum(-1)
+            drop = cum - sorted_logits.softmax(-1) > p.top_p  # keep the token crossing top_p
+            row[order[drop]] = float("-inf")
+        probs = row.softmax(-1).cpu()
+        if not torch.isfinite(probs).all() or float(probs.sum()) <= 0:
+            raise FloatingPointError("the sampling probabilities are not finite")
+        return int(torch.multinomial(probs, 1, generator=r.generator))
 
     def _advance(self, r: GenRequest, token: int, now: float) -> bool:
         """Append ``token`` to ``r``; returns whether the row continues."""

@@ -28,12 +28,19 @@ from model_hosting_container_standards.sagemaker.lora.constants import (
 from model_hosting_container_standards.sagemaker.lora.models.request import (
     SageMakerRegisterLoRAAdapterRequest,
 )
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runtime.adapters import AdapterError
 from runtime.artifacts import ArtifactError, extract
 from runtime.cache import CapacityError
-from runtime.engine import Engine, EngineError, GenParams, GenRequest
+from runtime.engine import (
+    MIN_TEMPERATURE,
+    REPETITION_PENALTY,
+    Engine,
+    EngineError,
+    GenParams,
+    GenRequest,
+)
 
 ADAPTER_HEADER = SageMakerLoRAApiHeader.ADAPTER_IDENTIFIER
 
@@ -51,7 +58,17 @@ class Parameters(BaseModel):
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=0)
-    repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
+    repetition_penalty: float = Field(
+        default=1.0, ge=REPETITION_PENALTY[0], le=REPETITION_PENALTY[1]
+    )
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, v: float) -> float:
+        if 0 < v < MIN_TEMPERATURE:
+            raise ValueError(f"must be 0 (greedy) or at least {MIN_TEMPERATURE:g}")
+        return v
+
     stop: list[str] = Field(default_factory=list, max_length=16)
     seed: int | None = Field(default=None, ge=0, lt=2**63)
     do_sample: bool = False
@@ -93,6 +110,8 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
     async def ping() -> Response:
         if not engine.ready.is_set():
             return _error(503, "base model loading")
+        if not engine.alive:
+            return _error(503, "the engine thread has stopped; replace this copy")
         return JSONResponse({"status": "healthy", "base": engine.base_info["model_id"]})
 
     @app.post("/invocations")

@@ -160,3 +160,19 @@ def test_an_answer_from_another_artifact_version_is_not_cached(router) -> None:
     stub.add_response("invoke_endpoint", model_answer(artifact=current))
     assert call(event(body=body))[1]["cache"] == "miss"
     assert call(event(body=body))[1]["cache"] == "hit"
+
+
+@pytest.mark.parametrize("params", [{"do_sample": True, "temperature": 5e-324},
+                                    {"repetition_penalty": 1e-300},
+                                    {"repetition_penalty": 10.5}])  # fmt: skip
+def test_sampling_parameters_outside_the_runtimes_bounds_are_a_400(router, params) -> None:
+    status, out = call(event(body=_body(**params)))
+    assert status == 400 and out["details"][0]["field"].startswith("parameters.")
+
+
+def test_the_router_and_the_runtime_share_their_sampling_bounds() -> None:
+    from lambda_proxy import schema
+    from runtime import engine
+
+    assert schema.MIN_TEMPERATURE == engine.MIN_TEMPERATURE
+    assert schema.REPETITION_PENALTY == engine.REPETITION_PENALTY

@@ -1,0 +1,101 @@
+"""One request can never harm another: a row whose scores or probabilities are not finite, or
+whose sampling raises, fails alone; a race between DELETE and batch forming never kills the
+engine thread; and /ping fails once the engine thread is gone."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from runtime.engine import Engine, EngineError, GenParams, GenRequest
+from runtime.settings import Settings
+
+PROMPTS = ["pt 45yo m c/o sob", "Alamak, I forgot my wallet lah", "Hello from the desk",
+           "This phone is absolute garbage!!!"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_base: Path, tmp_path_factory: pytest.TempPathFactory):
+    e = Engine(Settings(model_dir=tiny_base, max_batch_size=16,
+                        work_dir=tmp_path_factory.mktemp("work")))  # fmt: skip
+    e.start()
+    yield e
+    e.stop()
+
+
+def _run(engine: Engine, prompt: str, params: GenParams) -> dict | EngineError:
+    req = GenRequest(adapter=None, input_ids=engine.encode(prompt, None), params=params)
+    try:
+        return engine.wait(engine.submit(req), timeout=60)
+    except EngineError as exc:
+        return exc
+
+
+def test_a_request_with_non_finite_sampling_fails_alone(engine) -> None:
+    greedy = GenParams(max_new_tokens=6)
+    alone = {p: _run(engine, p, greedy)["generated_text"] for p in PROMPTS}
+    hostile = [
+        GenParams(max_new_tokens=6, do_sample=True, temperature=5e-324),
+        GenParams(max_new_tokens=6, do_sample=True, temperature=1.0, repetition_penalty=1e-300),
+        GenParams(max_new_tokens=6, repetition_penalty=1e-300),
+    ]
+    jobs = [(p, greedy) for p in PROMPTS for _ in range(8)] + [
+        (PROMPTS[0], h) for h in hostile for _ in range(4)
+    ]
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        results = list(pool.map(lambda j: _run(engine, *j), jobs))
+    good = results[: len(PROMPTS) * 8]
+    bad = results[len(PROMPTS) * 8 :]
+    for (prompt, _), out in zip(jobs, good, strict=False):
+        assert isinstance(out, dict), out
+        assert out["generated_text"] == alone[prompt], "a neighbour changed this row's output"
+    for out in bad:
+        assert isinstance(out, EngineError) and out.status == 400, out
+        assert "sampling failed" in out.message
+
+
+def test_an_adapter_deleted_while_a_batch_forms_fails_only_its_request(engine) -> None:
+    # What DELETE between cache.get() and cache.hold() does: get() finds the record, hold()
+    # (under the cache's lock, after the DELETE) does not.
+    cache = engine.cache
+
+    def vanished(name: str):
+        raise KeyError(name)
+
+    cache.get, cache.can_fit, cache.hold = (lambda n: object()), (lambda names: True), vanished
+    try:
+        req = GenRequest(adapter="ghost", input_ids=engine.encode("x", None),
+                         params=GenParams(max_new_tokens=2))  # fmt: skip
+        req.id, req.deadline = 0, req.arrival + 30
+        engine._queue.put(req)
+        with pytest.raises(EngineError) as err:
+            engine.wait(req, timeout=30)
+        assert err.value.status == 404
+    finally:
+        for attr in ("get", "can_fit", "hold"):
+            del cache.__dict__[attr]  # the class's own methods again
+    assert engine.alive
+    assert _run(engine, PROMPTS[1], GenParams(max_new_tokens=3))["generated_text"] is not None
+
+
+def test_ping_fails_when_the_engine_thread_has_stopped(tiny_base, tmp_path) -> None:
+    from fastapi.testclient import TestClient
+
+    from runtime.server import create_app
+
+    e = Engine(Settings(model_dir=tiny_base, work_dir=tmp_path))
+    with TestClient(create_app(e)) as client:
+        assert client.get("/ping").status_code == 200
+        e.stop()  # the thread ends as a crash would end it
+        r = client.get("/ping")
+        assert r.status_code == 503 and "engine thread" in r.json()["error"]
+
+
+@pytest.mark.parametrize("params", [{"temperature": 5e-324, "do_sample": True},
+                                    {"repetition_penalty": 1e-300},
+                                    {"repetition_penalty": 11.0}])  # fmt: skip
+def test_out_of_range_sampling_parameters_are_a_400(server, params) -> None:
+    r = server.invoke(inputs="hello", parameters={"max_new_tokens": 2, **params})
+    assert r.status_code == 400, r.text
