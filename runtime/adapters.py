@@ -38,20 +38,13 @@ class BaseIdentity:
     max_lora_rank: int
 
     def matches(self, claimed: str | None) -> bool:
-        """Whether an adapter's ``base_model_name_or_path`` names this base.
-
-        Adapters trained elsewhere record a hub id ("Qwen/Qwen3-4B") or the local directory they
-        were trained from; both are accepted when they name this base. Shapes are checked too,
-        so a wrong base with the same name still fails on weights.
-        """
+        """Whether an adapter's ``base_model_name_or_path`` names this base exactly: its model
+        id, or the directory it is served from. A look-alike (another path ending in the same
+        directory name, another hub id) does not; an adapter naming no base is refused."""
         if not claimed:
-            return True
+            return False
         norm = claimed.rstrip("/")
-        candidates = {self.model_id, self.model_dir.rstrip("/")}
-        if norm in candidates:
-            return True
-        last = norm.rsplit("/", 1)[-1].lower()
-        return last in {c.rsplit("/", 1)[-1].lower() for c in candidates}
+        return norm in {self.model_id, self.model_dir.rstrip("/")}
 
 
 @dataclass
@@ -182,16 +175,19 @@ def load_adapter(name: str, directory: Path, base: BaseIdentity) -> LoadedAdapte
 
     claimed = cfg.get("base_model_name_or_path")
     if manifest is not None:
-        mbase = manifest.get("base") or {}
-        if mbase.get("model_id") and mbase.get("model_id") != base.model_id:
+        # A manifest is the compatibility record: it must name the base, exactly.
+        mbase = manifest.get("base")
+        if not isinstance(mbase, dict) or not mbase.get("model_id"):
+            raise AdapterError("manifest.json names no base model (base.model_id)")
+        if mbase["model_id"] != base.model_id:
             raise AdapterError(
-                f"base model mismatch: adapter was trained on {mbase.get('model_id')!r}, "
+                f"base model mismatch: adapter was trained on {str(mbase['model_id'])[:120]!r}, "
                 f"this server serves {base.model_id!r}"
             )
-        if base.revision and mbase.get("revision") and mbase["revision"] != base.revision:
+        if base.revision and mbase.get("revision") != base.revision:
             raise AdapterError(
-                f"base revision mismatch: adapter was trained on revision {mbase['revision']!r}, "
-                f"this server serves {base.revision!r}"
+                f"base revision mismatch: adapter was trained on revision "
+                f"{str(mbase.get('revision'))[:64]!r}, this server serves {base.revision!r}"
             )
     elif not base.matches(claimed):
         raise AdapterError(

@@ -126,11 +126,13 @@ class AdapterCache:
         with self.lock:
             old = self.records.get(loaded.name)
             if pin and not (old and old.pinned):
+                # At least one device slot stays unpinned, or every other adapter would wait
+                # for a slot that never frees.
                 pinned = sum(1 for r in self.records.values() if r.pinned)
-                if pinned + 1 > self.max_loras:
+                if pinned + 1 > self.max_loras - 1:
                     raise CapacityError(
-                        f"cannot pin {loaded.name!r}: {pinned} adapters already pinned and "
-                        f"only {self.max_loras} device slots (OPTION_MAX_LORAS)"
+                        f"cannot pin {loaded.name!r}: {pinned} adapters already pinned, and of "
+                        f"the {self.max_loras} device slots (OPTION_MAX_LORAS) one stays unpinned"
                     )
             rec = Record(
                 name=loaded.name, src=loaded.src, pinned=pin, version=loaded.version,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import shutil
 import tempfile
 import time
@@ -119,9 +120,9 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
         if not engine.ready.is_set():
             return _error(503, "base model loading")
         adapter = request.headers.get(ADAPTER_HEADER) or None
-        raw = await request.body()
-        if len(raw) > s.max_body_bytes:
-            return _error(413, f"body is {len(raw)} bytes, over the limit of {s.max_body_bytes}")
+        raw = await _read_limited(request, s.max_body_bytes)
+        if raw is None:
+            return _error(413, f"body over the limit of {s.max_body_bytes} bytes")
         try:
             body = Invocation.model_validate_json(raw)
         except ValidationError as exc:
@@ -146,7 +147,11 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
             )
         except Exception as exc:  # a template or tokenizer failure is the request's fault
             return _error(400, f"cannot tokenize the prompt: {exc}")
-        label = adapter or "__base__"
+        # Metric labels name registered adapters only: an unknown name must not grow /metrics.
+        if adapter is None:
+            label = "__base__"
+        else:
+            label = adapter if engine.cache.get(adapter) is not None else "__unregistered__"
         loop = asyncio.get_running_loop()
         chunks: asyncio.Queue[str | None] = asyncio.Queue()
         on_token = (
@@ -169,7 +174,9 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
     async def register(request: Request) -> Response:
         if not engine.ready.is_set():
             return _error(503, "base model loading")
-        raw = await request.body()
+        raw = await _read_limited(request, REGISTER_BODY_BYTES)
+        if raw is None:
+            return _error(413, f"register request over {REGISTER_BODY_BYTES} bytes")
         data: Any
         if raw.strip():
             try:
@@ -186,6 +193,12 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
         except ValidationError as exc:
             fields = sorted({str(e["loc"][0]) for e in exc.errors() if e["loc"]})
             return _error(400, f"invalid register request: check {', '.join(fields)}")
+        if not ADAPTER_NAME_RE.match(req.name):
+            return _error(
+                400,
+                f"adapter name {req.name[:80]!r} must be 1 to 63 letters, digits and inner "
+                "hyphens (SageMaker's inference-component name rule)",
+            )
         try:
             loaded = await asyncio.to_thread(_load, engine, req.name, req.src)
             record, replaced = engine.cache.register(loaded, pin=req.pin)
@@ -241,6 +254,28 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
     return app
 
 
+#: SageMaker's rule for inference-component names (CreateInferenceComponent), which is what it
+#: passes as the adapter identifier: never a path separator, control character or dot segment.
+ADAPTER_NAME_RE = re.compile(r"^(?=.{1,63}$)[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
+REGISTER_BODY_BYTES = 64 * 1024
+
+
+async def _read_limited(request: Request, limit: int) -> bytes | None:
+    """The body, or None once it is over ``limit``: refused by Content-Length before reading,
+    and reading stops at the limit, so an oversized body never sits in memory."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def _load(engine: Engine, name: str, src: str):
     path = Path(src)
     if not path.exists():
@@ -250,7 +285,8 @@ def _load(engine: Engine, name: str, src: str):
             raise AdapterError(f"src {src!r} is a file but not a .tar.gz archive")
         work = engine.settings.work_dir
         work.mkdir(parents=True, exist_ok=True)
-        dest = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=work)) / "adapter"
+        # The directory's name never comes from the adapter's name (no path from a name).
+        dest = Path(tempfile.mkdtemp(prefix="adapter-", dir=work)) / "adapter"
         try:
             extract(path, dest)
             return engine.cache.validate(name, dest)

@@ -56,14 +56,17 @@ def test_pinned_adapters_are_never_evicted(engine, adapters) -> None:
     assert engine.cache.get(names[0]).tier == "device"
 
 
-def test_pinning_more_than_the_slots_is_refused(engine, adapters) -> None:
+def test_the_pin_that_would_take_the_last_slot_is_refused(engine, adapters) -> None:
     names = list(adapters)
-    _register(engine, names[0], adapters[names[0]], pin=True)
-    _register(engine, names[1], adapters[names[1]], pin=True)
+    _register(engine, names[0], adapters[names[0]], pin=True)  # one of the two slots
     before = engine.cache.list()
-    with pytest.raises(CapacityError, match="OPTION_MAX_LORAS"):
-        _register(engine, names[2], adapters[names[2]], pin=True)
+    with pytest.raises(CapacityError, match="one stays unpinned"):
+        _register(engine, names[1], adapters[names[1]], pin=True)
     assert engine.cache.list() == before
+    # ... so unpinned adapters still get a slot and answer.
+    for n in names[1:]:
+        _register(engine, n, adapters[n])
+        assert _run(engine, n)["adapter"] == n
 
 
 def test_headroom_threshold_evicts_before_loading(engine, adapters) -> None:

@@ -126,6 +126,14 @@ def test_register_request_missing_fields_is_400(server) -> None:
     assert r.status_code == 404
 
 
+def _served_base(adapter_dir: Path) -> dict[str, str]:
+    """The base (model id, revision) an adapter made in these tests was made from: PEFT records
+    the base's directory, whose base_manifest.json holds what the server serves."""
+    base = json.loads((adapter_dir / "adapter_config.json").read_text())["base_model_name_or_path"]
+    local = json.loads((Path(base) / "base_manifest.json").read_text())
+    return {"model_id": local["model_id"], "revision": local["revision"]}
+
+
 def _broken(adapters, tmp_path: Path, name: str, mutate) -> Path:
     d = tmp_path / name
     shutil.copytree(adapters["attn-r4"], d)
@@ -157,9 +165,16 @@ BROKEN = {
     # A manifest whose recorded hash is not the file's: the artifact was altered after packing.
     "manifest-hash": (
         lambda d: (d / "manifest.json").write_text(json.dumps(
-            {"name": "x", "version": "1", "files": {"adapter_model.safetensors": "0" * 64}})),
+            {"name": "x", "version": "1", "base": _served_base(d),
+             "files": {"adapter_model.safetensors": "0" * 64}})),
         "does not match the sha256",
     ),
+    # A manifest must name the base exactly: an empty one no longer skips the check.
+    "empty-manifest": (lambda d: (d / "manifest.json").write_text("{}"), "names no base"),
+    # Another directory of the same name is another base.
+    "look-alike-base": (lambda d: _set_cfg(base_model_name_or_path="/somewhere/else/" + Path(
+        json.loads((d / "adapter_config.json").read_text())["base_model_name_or_path"]).name)(d),
+        "base model"),
     "wrong-shape": (
         lambda d: save_file(
             {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.zeros(4, 3),
@@ -259,7 +274,7 @@ def test_answers_carry_the_artifacts_own_identity(server, adapters, tmp_path) ->
     weights = hashlib.sha256((d / "adapter_model.safetensors").read_bytes()).hexdigest()
     config = hashlib.sha256((d / "adapter_config.json").read_bytes()).hexdigest()
     (d / "manifest.json").write_text(json.dumps({
-        "name": "claims-summary", "version": "2.1.0",
+        "name": "claims-summary", "version": "2.1.0", "base": _served_base(d),
         "files": {"adapter_model.safetensors": weights, "adapter_config.json": config}}))  # fmt: skip
     # Registered under another identifier than the artifact's name, as SageMaker may do.
     r = server.client.post("/adapters", json={"name": "ic-7f3a", "src": str(d)})
@@ -270,3 +285,49 @@ def test_answers_carry_the_artifacts_own_identity(server, adapters, tmp_path) ->
     assert listed["ic-7f3a"]["artifact"]["version"] == "2.1.0"
     assert _gen(server)["artifact"] is None  # the base model is no artifact
     server.client.delete("/adapters/ic-7f3a")
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "x\r\ny", "nul\x00", "a" * 64, "-lead",
+                                  "trail-", "dot.name", ""])  # fmt: skip
+def test_adapter_names_follow_sagemakers_component_name_rule(server, adapters, name) -> None:
+    r = server.client.post("/adapters", json={"name": name, "src": str(adapters["attn-r4"])})
+    assert r.status_code == 400, r.text
+    assert all(a["name"] != name for a in server.client.get("/adapters").json()["adapters"])
+
+
+def test_a_dotdot_name_with_an_archive_never_writes_outside_the_work_dir(
+    server, adapters, tmp_path
+) -> None:
+    archive = tmp_path / "adapter.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for f in adapters["mlp-r8"].iterdir():
+            tar.add(f, arcname=f.name)
+    work = Path(server.log.parent / "work")
+    before = set(work.parent.iterdir())
+    r = server.client.post("/adapters", json={"name": "../escape", "src": str(archive)})
+    assert r.status_code == 400
+    assert set(work.parent.iterdir()) == before
+
+
+def test_unknown_adapter_names_never_become_metric_labels(server) -> None:
+    for i in range(50):
+        server.invoke(f"probe-{i}", inputs="hi", parameters={"max_new_tokens": 1})
+    text = server.client.get("/metrics").text
+    assert "probe-" not in text and "__unregistered__" in text
+
+
+def test_an_oversized_body_is_refused_by_its_content_length_before_reading(server) -> None:
+    import socket
+
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        # Declares 300 MB and sends none of it: the answer comes without waiting for the body.
+        sock.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                     b"\r\nContent-Length: 300000000\r\n\r\n")  # fmt: skip
+        answer = sock.recv(4096).decode(errors="replace")
+    assert " 413 " in answer.splitlines()[0], answer
+    # A body over the limit without a Content-Length (chunked) stops being read at the limit.
+    big = (b"x" * 70_000 for _ in range(1))
+    r = server.client.post("/invocations", content=big,
+                           headers={"Content-Type": "application/json"})  # fmt: skip
+    assert r.status_code == 413
