@@ -76,12 +76,63 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
+#: A rank_pattern / alpha_pattern key: a module name or a dotted suffix of one. PEFT compiles
+#: keys as regular expressions; a key such as ``(.|.)*X`` then backtracks for ever, so keys are
+#: matched here as suffixes and anything else is refused.
+PATTERN_KEY_RE = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
+#: Bounds of what an adapter's numbers may be (larger values only make garbage).
+MAX_ALPHA = 1.0e4
+MAX_WEIGHT = 1.0e4
+
+
 def _pattern_value(patterns: dict[str, Any], module: str, default: Any) -> Any:
     """PEFT's rank_pattern / alpha_pattern lookup: a key matches a module-name suffix."""
-    for key, value in (patterns or {}).items():
-        if re.match(rf"(.*\.)?{key}$", module):
+    for key, value in patterns.items():
+        if module == key or module.endswith("." + key):
             return value
     return default
+
+
+def _number(value: Any, field: str, *, integer: bool, upper: float) -> float:
+    """A finite positive number (an int where ``integer``) within ``upper``, or AdapterError."""
+    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok_type:
+        kind = "an integer" if integer else "a number"
+        raise AdapterError(f"adapter_config.json field {field!r} must be {kind}")
+    if not math.isfinite(value) or not 0 < value <= upper:
+        raise AdapterError(f"adapter_config.json field {field!r} must be in (0, {upper:g}]")
+    return value
+
+
+#: Ranks beyond this are refused as malformed; the base's own max_lora_rank is checked after.
+RANK_LIMIT = 1 << 16
+
+
+def check_config(cfg: dict[str, Any]) -> None:
+    """Type- and range-check every config value the server reads, naming the field."""
+    _number(cfg.get("r"), "r", integer=True, upper=RANK_LIMIT)
+    if "lora_alpha" in cfg:
+        _number(cfg["lora_alpha"], "lora_alpha", integer=False, upper=MAX_ALPHA)
+    for name, integer, upper in (("rank_pattern", True, RANK_LIMIT),
+                                 ("alpha_pattern", False, MAX_ALPHA)):  # fmt: skip
+        patterns = cfg.get(name)
+        if patterns is None:
+            continue
+        if not isinstance(patterns, dict):
+            raise AdapterError(f"adapter_config.json field {name!r} must be an object")
+        for key, value in patterns.items():
+            if not isinstance(key, str) or not PATTERN_KEY_RE.match(key):
+                raise AdapterError(
+                    f"adapter_config.json field {name!r}: key {str(key)[:80]!r} is not a module "
+                    "name (letters, digits, '_' and '.'); keys are matched as name suffixes"
+                )
+            _number(value, f"{name}.{key}", integer=integer, upper=upper)
+    targets = cfg.get("target_modules")
+    if targets is not None and not (
+        isinstance(targets, str)
+        or (isinstance(targets, list) and all(isinstance(t, str) for t in targets))
+    ):
+        raise AdapterError("adapter_config.json field 'target_modules' must be names (strings)")
 
 
 def _load_tensors(directory: Path) -> dict[str, torch.Tensor]:
@@ -195,15 +246,9 @@ def load_adapter(name: str, directory: Path, base: BaseIdentity) -> LoadedAdapte
             f"this server serves {base.model_id!r}"
         )
 
-    try:
-        r = int(cfg["r"])
-        alpha = float(cfg.get("lora_alpha", r))
-    except (KeyError, TypeError, ValueError):
-        raise AdapterError(
-            "adapter_config.json needs an integer 'r' and a numeric 'lora_alpha'"
-        ) from None
-    if r <= 0:
-        raise AdapterError(f"rank r={r} must be positive")
+    check_config(cfg)
+    r = int(cfg["r"])
+    alpha = float(cfg.get("lora_alpha", r))
     ranks = [r, *[int(v) for v in (cfg.get("rank_pattern") or {}).values()]]
     if max(ranks) > base.max_lora_rank:
         raise AdapterError(
@@ -249,6 +294,8 @@ def load_adapter(name: str, directory: Path, base: BaseIdentity) -> LoadedAdapte
             )
         if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
             raise AdapterError(f"module {module!r}: weights contain NaN or infinity")
+        if max(float(a.abs().max()), float(b.abs().max())) > MAX_WEIGHT:
+            raise AdapterError(f"module {module!r}: weights exceed {MAX_WEIGHT:g} in magnitude")
         ma = float(_pattern_value(cfg.get("alpha_pattern") or {}, module, alpha))
         scale = ma / math.sqrt(mr) if use_rslora else ma / mr
         weights[module] = (a.float().contiguous(), b.float().contiguous(), scale)

@@ -101,6 +101,33 @@ class GenRequest:
         }
 
 
+def encode_chat(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """The chat template's token ids, where only the template places control tokens.
+
+    Tokenizing the rendered conversation as one string would turn ``<|im_end|>`` typed by a user
+    into the real control token and let them forge a system turn. So the template is rendered
+    around stand-ins, its own text is tokenized as usual, and each message's content with
+    special tokens split (transformers' ``split_special_tokens``), as plain text.
+    """
+    marks = [f"\ue000{i}\ue001" for i in range(len(messages))]
+    text = tokenizer.apply_chat_template(
+        [{**m, "content": mark} for m, mark in zip(messages, marks, strict=True)],
+        add_generation_prompt=True, tokenize=False,
+    )  # fmt: skip
+    ids: list[int] = []
+    pos = 0
+    for message, mark in zip(messages, marks, strict=True):
+        at = text.find(mark, pos)
+        if at < 0:
+            raise EngineError(400, "the chat template does not place every message's content")
+        ids += tokenizer(text[pos:at], add_special_tokens=False)["input_ids"]
+        ids += tokenizer(message["content"], add_special_tokens=False,
+                         split_special_tokens=True)["input_ids"]  # fmt: skip
+        pos = at + len(mark)
+    ids += tokenizer(text[pos:], add_special_tokens=False)["input_ids"]
+    return ids
+
+
 def _check_scores(row: torch.Tensor, after: str) -> None:
     """Scores may be -inf (masked) but never NaN or +inf: both make sampling meaningless."""
     if torch.isnan(row).any() or torch.isposinf(row).any():
@@ -240,13 +267,8 @@ class Engine:
 
     def encode(self, inputs: str | None, messages: list[dict[str, str]] | None) -> list[int]:
         if messages is not None:
-            ids = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True, return_dict=False
-            )
-            if hasattr(ids, "keys"):
-                ids = ids["input_ids"]
-            return list(ids)
-        return list(self.tokenizer(inputs or "")["input_ids"])
+            return encode_chat(self.tokenizer, messages)
+        return list(self.tokenizer(inputs or "", split_special_tokens=True)["input_ids"])
 
     def submit(self, req: GenRequest) -> GenRequest:
         s = self.settings

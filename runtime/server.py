@@ -200,8 +200,14 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
                 "hyphens (SageMaker's inference-component name rule)",
             )
         try:
-            loaded = await asyncio.to_thread(_load, engine, req.name, req.src)
+            loaded = await asyncio.wait_for(
+                asyncio.to_thread(_load, engine, req.name, req.src), REGISTER_BUDGET_S
+            )
             record, replaced = engine.cache.register(loaded, pin=req.pin)
+        except TimeoutError:
+            tel.event("adapter_rejected", adapter=req.name, reason="registration budget")
+            return _error(424, f"adapter {req.name!r} rejected: checking it took over "
+                               f"{REGISTER_BUDGET_S:g} s")  # fmt: skip
         except (AdapterError, ArtifactError) as exc:
             tel.event("adapter_rejected", adapter=req.name, reason=str(exc))
             return _error(424, f"adapter {req.name!r} rejected: {exc}")
@@ -258,6 +264,8 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
 #: passes as the adapter identifier: never a path separator, control character or dot segment.
 ADAPTER_NAME_RE = re.compile(r"^(?=.{1,63}$)[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
 REGISTER_BODY_BYTES = 64 * 1024
+#: What checking and loading one adapter may take before its registration is refused.
+REGISTER_BUDGET_S = 120.0
 
 
 async def _read_limited(request: Request, limit: int) -> bytes | None:
