@@ -235,8 +235,16 @@ class Router(Construct):
         self.api.root.add_resource("health").add_method(
             "GET", integration, request_validator=validator
         )
-        adapters = self.api.root.add_resource("v1").add_resource("adapters")
+        v1 = self.api.root.add_resource("v1")
+        adapters = v1.add_resource("adapters")
         adapters.add_method("GET", integration, request_validator=validator)
+        # The OpenAI-compatible routes (lambda_proxy/openai_api.py validates their bodies and
+        # answers in OpenAI's error format, which a gateway model's 400 would not).
+        v1.add_resource("chat").add_resource("completions").add_method(
+            "POST", integration, request_validator=validator
+        )
+        v1.add_resource("completions").add_method("POST", integration, request_validator=validator)
+        v1.add_resource("models").add_method("GET", integration, request_validator=validator)
         adapters.add_resource("{adapter}").add_resource("generate").add_method(
             "POST",
             integration,

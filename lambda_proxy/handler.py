@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from lambda_proxy.auth import Caller, allowed, caller_from_event
 from lambda_proxy.cache import CacheUnavailableError, ResponseCache, cache_key
+from lambda_proxy.openai_api import router as openai_router
 from lambda_proxy.quota import Limits, Quotas
 from lambda_proxy.sagemaker import InvokeError, invoke, make_client
 from lambda_proxy.schema import GenerateRequest
@@ -29,6 +30,7 @@ logger = Logger(service="lora-router")
 tracer = Tracer(service="lora-router")
 metrics = Metrics(namespace="LoraFleet", service="lora-router")
 app = APIGatewayRestResolver()
+app.include_router(openai_router)  # /v1/chat/completions, /v1/completions, /v1/models
 
 
 @dataclass
@@ -112,57 +114,124 @@ def list_adapters() -> Response | dict[str, Any]:
     caller = _caller()
     if caller is None:
         return _error(403, "no authenticated caller in the request context")
+    return {"adapters": visible_adapters(caller)}
+
+
+def visible_adapters(caller: Caller) -> list[dict[str, Any]]:
+    """The adapters this caller may use (operators: every adapter)."""
     table = deps().settings.routing_table
     routes = table.get("adapters", {})
     operator = bool(caller.principals & set(table.get("operators") or ()))
-    visible = [
+    return [
         {"name": name, "version": r.get("version"), "task": r.get("task"),
          "description": r.get("description", "")}
         for name, r in sorted(routes.items())
         if operator or allowed(caller, r)
     ]  # fmt: skip
-    return {"adapters": visible}
 
 
-@app.post("/v1/adapters/<adapter>/generate")
-def generate(adapter: str) -> Response:
-    t0 = time.perf_counter()
-    d = deps()
-    s = d.settings
-    table = s.routing_table
-    # Identity first, and one answer for "no such adapter" and "not yours": names cannot be
-    # listed by probing, with or without credentials.
+@dataclass
+class Failure:
+    """Why a request was not served, in terms both APIs render (native and OpenAI's)."""
+
+    status: int
+    message: str
+    code: str | None = None
+    details: list[dict[str, Any]] | None = None
+    headers: dict[str, str] | None = None
+
+    def native(self) -> Response:
+        extra: dict[str, Any] = {}
+        if self.code:
+            extra["code"] = self.code
+        if self.details:
+            extra["details"] = self.details
+        response = _error(self.status, self.message, **extra)
+        response.headers.update(self.headers or {})
+        return response
+
+
+def _authorize(adapter: str) -> tuple[Caller, dict[str, Any]] | Failure:
+    """Identity first, and one answer for "no such adapter" and "not yours": names cannot be
+    listed by probing, with or without credentials."""
+    table = deps().settings.routing_table
     caller = _caller()
     if caller is None:
         metrics.add_metric(name="Forbidden", unit=MetricUnit.Count, value=1)
-        return _error(403, "no authenticated caller in the request context")
+        return Failure(403, "no authenticated caller in the request context")
     route = table.get("adapters", {}).get(adapter)
     operators = set(table.get("operators") or ())
     if route is None or not (allowed(caller, route) or caller.principals & operators):
         name = "UnknownAdapter" if route is None else "Forbidden"
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
-        return _error(404, f"unknown adapter {adapter[:64]!r}")
+        return Failure(404, f"unknown adapter {adapter[:64]!r}", code="UnknownAdapter")
+    return caller, route
+
+
+def _body() -> Any | Failure:
+    """The request body as JSON, within the size limit."""
     raw = app.current_event.body or ""
-    if len(raw.encode()) > s.max_body_bytes:
-        return _error(413, f"body over the limit of {s.max_body_bytes} bytes")
+    limit = deps().settings.max_body_bytes
+    if len(raw.encode()) > limit:
+        return Failure(413, f"body over the limit of {limit} bytes")
     try:
-        data = json.loads(raw) if raw else None
-        req = GenerateRequest.model_validate(
+        return json.loads(raw) if raw else None
+    except RecursionError:
+        return _too_deep()
+    except ValueError:
+        return Failure(400, "invalid request", details=[{"field": "body", "message": "not JSON"}])
+
+
+def _too_deep() -> Failure:
+    return Failure(400, "invalid request",
+                   details=[{"field": "body", "message": "JSON nested too deeply"}])  # fmt: skip
+
+
+def _validate(data: Any) -> GenerateRequest | Failure:
+    s = deps().settings
+    try:
+        return GenerateRequest.model_validate(
             data,
             context={"max_new_tokens_cap": s.max_new_tokens_cap,
                      "max_stop_sequences": s.max_stop_sequences},
         )  # fmt: skip
     except RecursionError:
-        nested = [{"field": "body", "message": "JSON nested too deeply"}]
-        return _error(400, "invalid request", details=nested)
-    except (ValueError, TypeError) as exc:  # JSONDecodeError and ValidationError are ValueErrors
+        return _too_deep()
+    except (ValueError, TypeError) as exc:  # ValidationError is a ValueError
         details = (
             [{"field": ".".join(map(str, e["loc"])) or "body", "message": e["msg"]}
              for e in exc.errors(include_url=False, include_input=False)]
-            if isinstance(exc, ValidationError) else [{"field": "body", "message": "not JSON"}]
+            if isinstance(exc, ValidationError) else [{"field": "body", "message": str(exc)}]
         )  # fmt: skip
-        return _error(400, "invalid request", details=details)
+        return Failure(400, "invalid request", details=details)
 
+
+@app.post("/v1/adapters/<adapter>/generate")
+def generate(adapter: str) -> Response:
+    t0 = time.perf_counter()
+    auth = _authorize(adapter)
+    if isinstance(auth, Failure):
+        return auth.native()
+    data = _body()
+    if isinstance(data, Failure):
+        return data.native()
+    req = _validate(data)
+    if isinstance(req, Failure):
+        return req.native()
+    out = serve(adapter, *auth, req, t0)
+    if isinstance(out, Failure):
+        return out.native()
+    return Response(status_code=200, content_type=content_types.APPLICATION_JSON,
+                    body=json.dumps(out))  # fmt: skip
+
+
+def serve(
+    adapter: str, caller: Caller, route: dict[str, Any], req: GenerateRequest, t0: float
+) -> dict[str, Any] | Failure:
+    """Quota, cache, SageMaker: the native answer, or why not. Both APIs come through here."""
+    d = deps()
+    s = d.settings
+    table = s.routing_table
     who = caller.tenant or caller.arn
     quota = d.quotas.check(who, adapter, req.parameters.max_new_tokens,  # type: ignore[union-attr]
                            Limits.of(route.get("quota")))  # fmt: skip
@@ -170,10 +239,9 @@ def generate(adapter: str) -> Response:
         metrics.add_metric(name="QuotaUnavailable", unit=MetricUnit.Count, value=1)
     if not quota.allowed:
         metrics.add_metric(name="QuotaExceeded", unit=MetricUnit.Count, value=1)
-        response = _error(429, f"quota exceeded ({quota.limit}); retry in {quota.retry_after_s} s",
-                          code="QuotaExceeded")  # fmt: skip
-        response.headers["Retry-After"] = str(quota.retry_after_s)
-        return response
+        return Failure(429, f"quota exceeded ({quota.limit}); retry in {quota.retry_after_s} s",
+                       code="QuotaExceeded",
+                       headers={"Retry-After": str(quota.retry_after_s)})  # fmt: skip
 
     payload: dict[str, Any] = {"parameters": req.parameters.model_dump(exclude_none=True)}
     if req.inputs is not None:
@@ -185,7 +253,7 @@ def generate(adapter: str) -> Response:
     # identical prompt from another tenant must not reveal what this one asked), everyone
     # (``shared``), or nobody (``off``).
     mode = route.get("cache", "tenant")
-    scope = "*" if mode == "shared" else (caller.tenant or caller.arn)
+    scope = "*" if mode == "shared" else who
     key = cache_key(adapter, version, str(table.get("base_revision", "")), payload, scope)
 
     cache_status = "bypass"
@@ -214,7 +282,7 @@ def generate(adapter: str) -> Response:
     except InvokeError as exc:
         metrics.add_metric(name=f"Error{exc.status}", unit=MetricUnit.Count, value=1)
         logger.warning("invoke failed", extra={"adapter": adapter, "code": exc.code})
-        return _error(exc.status, exc.message, code=exc.code)
+        return Failure(exc.status, exc.message, code=exc.code)
     model_ms = (time.perf_counter() - t_model) * 1000
     metrics.add_metric(name="ModelLatency", unit=MetricUnit.Milliseconds, value=model_ms)
     if cache_status == "miss" and _served_as_routed(adapter, version, result):
@@ -238,7 +306,7 @@ def _served_as_routed(adapter: str, version: str, result: dict[str, Any]) -> boo
 
 
 def _answer(adapter: str, version: str, result: dict[str, Any], cache: str, t0: float,
-            model_ms: float) -> Response:  # fmt: skip
+            model_ms: float) -> dict[str, Any]:  # fmt: skip
     total = (time.perf_counter() - t0) * 1000
     body = {
         "output": result.get("generated_text"),
@@ -256,9 +324,7 @@ def _answer(adapter: str, version: str, result: dict[str, Any], cache: str, t0: 
         "timings_ms": {"router": round(total - model_ms, 3), "model": round(model_ms, 3),
                        "total": round(total, 3), "engine": result.get("timings_ms")},
     }  # fmt: skip
-    return Response(
-        status_code=200, content_type=content_types.APPLICATION_JSON, body=json.dumps(body)
-    )
+    return body
 
 
 def _shape_error(event: Any) -> str | None:

@@ -47,6 +47,10 @@ RESOURCES = (
     ("GET", re.compile(r"^/v1/adapters$"), "/v1/adapters"),
     ("POST", re.compile(r"^/v1/adapters/(?P<adapter>[^/]+)/generate$"),
      "/v1/adapters/{adapter}/generate"),
+    # The OpenAI-compatible routes, as infra/router.py declares them.
+    ("POST", re.compile(r"^/v1/chat/completions$"), "/v1/chat/completions"),
+    ("POST", re.compile(r"^/v1/completions$"), "/v1/completions"),
+    ("GET", re.compile(r"^/v1/models$"), "/v1/models"),
 )  # fmt: skip
 
 

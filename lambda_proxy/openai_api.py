@@ -1,0 +1,207 @@
+"""An OpenAI-compatible API beside the native one: what most clients already speak.
+
+``POST /v1/chat/completions`` and ``POST /v1/completions`` take the adapter as ``model``;
+``GET /v1/models`` lists the adapters this caller may use. Authorization, quotas and caching are
+the native route's (``handler.serve``): these routes only translate the request and the answer,
+and render errors as OpenAI's error object (``{"error": {"message", "type", "param",
+"code"}}``). Parameters OpenAI defines that this platform cannot honour (``n`` above 1,
+``logprobs``, tools) are refused with a 400 naming them, never silently ignored. Streaming
+(``stream: true``) is not served yet and is refused the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+router = Router()
+
+_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+    404: "not_found_error", 413: "invalid_request_error", 429: "rate_limit_error",
+}  # fmt: skip
+
+
+class _OpenAIRequest(BaseModel):
+    # Clients send many optional fields; the ones below are understood, the rest refused.
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(min_length=1, max_length=128)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    stop: str | list[str] | None = None
+    seed: int | None = Field(default=None, ge=0, lt=2**31)
+    stream: bool = False
+    n: int = Field(default=1, ge=1, le=1)
+    user: str | None = None
+    frequency_penalty: float | None = Field(default=None, ge=0.0, le=0.0)
+    presence_penalty: float | None = Field(default=None, ge=0.0, le=0.0)
+
+
+class ChatRequest(_OpenAIRequest):
+    messages: list[dict[str, Any]] = Field(min_length=1, max_length=64)
+
+
+class CompletionRequest(_OpenAIRequest):
+    prompt: str = Field(min_length=1)
+
+
+class _Refused(Exception):  # noqa: N818 - carries a ready error response
+    def __init__(self, response: Response) -> None:
+        self.response = response
+
+
+def error(status: int, message: str, *, param: str | None = None, code: str | None = None,
+          headers: dict[str, str] | None = None) -> Response:  # fmt: skip
+    body = {"error": {"message": message, "type": _TYPES.get(status, "api_error"),
+                      "param": param, "code": code}}  # fmt: skip
+    response = Response(status_code=status, content_type=content_types.APPLICATION_JSON,
+                        body=json.dumps(body))  # fmt: skip
+    response.headers.update(headers or {})
+    return response
+
+
+def _failure(f: Any) -> Response:
+    param = None
+    if f.details:
+        param = f.details[0].get("field")
+    message = f.message
+    if f.details and f.status == 400:
+        message = f"{f.message}: " + "; ".join(f"{d['field']}: {d['message']}" for d in f.details)
+    return error(f.status, message, param=param, code=f.code, headers=f.headers)
+
+
+def _parse(kind: type[_OpenAIRequest]) -> _OpenAIRequest:
+    from lambda_proxy import handler
+
+    data = handler._body()
+    if isinstance(data, handler.Failure):
+        raise _Refused(_failure(data))
+    try:
+        req = kind.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        param = ".".join(map(str, first["loc"])) or None
+        raise _Refused(error(400, f"{param}: {first['msg']}", param=param)) from None
+    if req.stream:
+        raise _Refused(error(400, "stream: streaming is not served by this API yet; "
+                                  "send stream: false", param="stream"))  # fmt: skip
+    return req
+
+
+def _native(req: _OpenAIRequest, prompt: dict[str, Any]) -> dict[str, Any]:
+    """The native request for an OpenAI one. OpenAI's default temperature is 1 (sampled)."""
+    temperature = 1.0 if req.temperature is None else req.temperature
+    params: dict[str, Any] = {"temperature": temperature, "do_sample": temperature > 0}
+    if (tokens := req.max_completion_tokens or req.max_tokens) is not None:
+        params["max_new_tokens"] = tokens
+    if req.top_p is not None:
+        params["top_p"] = req.top_p
+    if req.stop is not None:
+        params["stop"] = [req.stop] if isinstance(req.stop, str) else req.stop
+    if req.seed is not None:
+        params["seed"] = req.seed
+    return {**prompt, "parameters": params}
+
+
+def _run(req: _OpenAIRequest, prompt: dict[str, Any]) -> dict[str, Any]:
+    from lambda_proxy import handler
+
+    t0 = time.perf_counter()
+    auth = handler._authorize(req.model)
+    if isinstance(auth, handler.Failure):
+        # The native 404 text, in OpenAI's words for an unknown model.
+        if auth.status == 404:
+            raise _Refused(error(404, f"The model {req.model[:64]!r} does not exist or you do "
+                                      "not have access to it.", param="model",
+                                 code="model_not_found"))  # fmt: skip
+        raise _Refused(_failure(auth))
+    native = handler._validate(_native(req, prompt))
+    if isinstance(native, handler.Failure):
+        raise _Refused(_failure(native))
+    out = handler.serve(req.model, *auth, native, t0)
+    if isinstance(out, handler.Failure):
+        raise _Refused(_failure(out))
+    return out
+
+
+def _finish(reason: str | None) -> str:
+    return "length" if reason == "length" else "stop"
+
+
+def _usage(out: dict[str, Any]) -> dict[str, int]:
+    u = out.get("usage") or {}
+    prompt, completion = int(u.get("input_tokens", 0)), int(u.get("output_tokens", 0))
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}  # fmt: skip
+
+
+def _ok(body: dict[str, Any]) -> Response:
+    return Response(status_code=200, content_type=content_types.APPLICATION_JSON,
+                    body=json.dumps(body))  # fmt: skip
+
+
+@router.post("/v1/chat/completions")
+def chat_completions() -> Response:
+    try:
+        req = _parse(ChatRequest)
+        messages = []
+        for i, m in enumerate(req.messages):  # type: ignore[attr-defined]
+            role, content = m.get("role"), m.get("content")
+            if role not in ("system", "user", "assistant") or not isinstance(content, str):
+                raise _Refused(error(400, f"messages.{i}: role must be system, user or "
+                                          "assistant and content a string",
+                                     param=f"messages.{i}"))  # fmt: skip
+            messages.append({"role": role, "content": content})
+        out = _run(req, {"messages": messages})
+    except _Refused as refused:
+        return refused.response
+    return _ok({
+        "id": f"chatcmpl-{out.get('request_id') or uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": req.model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": out["output"]},
+                     "finish_reason": _finish(out.get("finish_reason")), "logprobs": None}],
+        "usage": _usage(out),
+        "system_fingerprint": f"{req.model}@{out.get('version')}",
+    })  # fmt: skip
+
+
+@router.post("/v1/completions")
+def completions() -> Response:
+    try:
+        req = _parse(CompletionRequest)
+        out = _run(req, {"inputs": req.prompt})  # type: ignore[attr-defined]
+    except _Refused as refused:
+        return refused.response
+    return _ok({
+        "id": f"cmpl-{out.get('request_id') or uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": req.model,
+        "choices": [{"index": 0, "text": out["output"], "logprobs": None,
+                     "finish_reason": _finish(out.get("finish_reason"))}],
+        "usage": _usage(out),
+        "system_fingerprint": f"{req.model}@{out.get('version')}",
+    })  # fmt: skip
+
+
+@router.get("/v1/models")
+def models() -> Response:
+    from lambda_proxy import handler
+
+    caller = handler._caller()
+    if caller is None:
+        return error(403, "no authenticated caller in the request context")
+    return _ok({"object": "list", "data": [
+        {"id": a["name"], "object": "model", "created": 0, "owned_by": "lora-fleet"}
+        for a in handler.visible_adapters(caller)
+    ]})  # fmt: skip
