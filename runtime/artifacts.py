@@ -22,6 +22,7 @@ class ArtifactError(ValueError):
 MAX_MEMBERS = 64
 MAX_MEMBER_BYTES = 4 * 1024**3
 MAX_TOTAL_BYTES = 8 * 1024**3
+MAX_EXPANSION_RATIO = 100.0
 
 
 def check_member(member: tarfile.TarInfo, max_member_bytes: int) -> None:
@@ -48,8 +49,11 @@ def extract(
     max_members: int = MAX_MEMBERS,
     max_member_bytes: int = MAX_MEMBER_BYTES,
     max_total_bytes: int = MAX_TOTAL_BYTES,
+    max_ratio: float = MAX_EXPANSION_RATIO,
 ) -> Path:
-    """Extract ``archive`` into ``dest`` (created; must not exist) after checking every member."""
+    """Extract ``archive`` into ``dest`` (created; must not exist) after checking every member:
+    their count, sizes, total, and the total against the archive's own size (a small archive
+    that expands a hundredfold is a decompression bomb, not an adapter)."""
     if dest.exists():
         raise ArtifactError(f"destination {dest} already exists")
     try:
@@ -68,6 +72,11 @@ def extract(
                 total += member.size
                 if total > max_total_bytes:
                     raise ArtifactError(f"{archive.name}: members exceed {max_total_bytes} bytes")
+                if total > max(archive.stat().st_size, 1 << 20) * max_ratio:
+                    raise ArtifactError(
+                        f"{archive.name}: expands over {max_ratio:g} times its size "
+                        "(OPTION_MAX_EXPANSION_RATIO)"
+                    )
         except tarfile.TarError as exc:
             raise ArtifactError(f"{archive.name}: corrupt archive ({exc})") from None
         staging = Path(tempfile.mkdtemp(prefix=".extract-", dir=dest.parent))

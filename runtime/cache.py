@@ -12,6 +12,7 @@ model (``acquire``), between forward passes.
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from runtime.adapters import BaseIdentity, LoadedAdapter, load_adapter
+from runtime.adapters import AdapterError, BaseIdentity, LoadedAdapter, load_adapter
 from runtime.lora import MultiLoraLinear, SlotWeights
 from runtime.telemetry import Telemetry
 
@@ -47,6 +48,8 @@ class Record:
     removed: bool = False
     #: The artifact's own name, version and weights sha256 (``adapters.artifact_identity``).
     identity: dict = field(default_factory=dict)
+    #: A directory the server extracted this adapter into: removed once no request uses it.
+    owned_dir: Path | None = None
 
     @property
     def tier(self) -> str:
@@ -121,7 +124,9 @@ class AdapterCache:
                              latency_ms=round(ms, 2), bytes=loaded.nbytes)  # fmt: skip
         return loaded
 
-    def register(self, loaded: LoadedAdapter, *, pin: bool) -> tuple[Record, bool]:
+    def register(
+        self, loaded: LoadedAdapter, *, pin: bool, owned_dir: Path | None = None
+    ) -> tuple[Record, bool]:
         """Swap a validated adapter in; returns (record, replaced). The old one stays until now."""
         with self.lock:
             old = self.records.get(loaded.name)
@@ -138,7 +143,7 @@ class AdapterCache:
                 name=loaded.name, src=loaded.src, pinned=pin, version=loaded.version,
                 rank=loaded.rank, alpha=loaded.alpha, targets=loaded.targets,
                 nbytes=loaded.nbytes, host=loaded, last_used=time.monotonic(),
-                last_load_ms={}, identity=dict(loaded.identity),
+                last_load_ms={}, identity=dict(loaded.identity), owned_dir=owned_dir,
             )  # fmt: skip
             if old is not None:
                 self._retire(old)  # the new weights go in on next use
@@ -201,14 +206,23 @@ class AdapterCache:
             )
             return len(needed) <= free + evictable
 
-    def acquire(self, recs: list[Record]) -> dict[str, float]:
-        """Make every adapter device-resident (engine thread); returns load ms per adapter."""
+    def acquire(self, recs: list[Record]) -> tuple[dict[str, float], dict[str, Exception]]:
+        """Make every adapter device-resident (engine thread): load ms per adapter, and the
+        adapters that could not be loaded (their reload from disk failed) with the reason. One
+        adapter's failure is that adapter's alone; the others are still loaded."""
         out: dict[str, float] = {}
+        failed: dict[str, Exception] = {}
         with self.lock:
             keep = {r.name for r in recs}
             for rec in recs:
-                out[rec.name] = self._ensure_device(rec, keep)
-            return out
+                if rec.name in out or rec.name in failed:
+                    continue
+                try:
+                    out[rec.name] = self._ensure_device(rec, keep)
+                except (AdapterError, OSError, ValueError) as exc:
+                    failed[rec.name] = exc
+                    keep.discard(rec.name)
+            return out, failed
 
     def slot_of(self, rec: Record) -> int:
         assert rec.slot is not None
@@ -224,6 +238,9 @@ class AdapterCache:
         if rec.inflight == 0:
             self._clear_slot(rec)
             rec.host = None
+            if rec.owned_dir is not None:
+                shutil.rmtree(rec.owned_dir, ignore_errors=True)
+                rec.owned_dir = None
 
     def _ensure_device(self, rec: Record, keep: set[str]) -> float:
         if rec.slot is not None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from runtime.adapters import AdapterError, BaseIdentity
+from runtime.adapters import BaseIdentity
 from runtime.cache import AdapterCache, CapacityError, Record, cuda_memory
 from runtime.compat import verify_tokenizer
 from runtime.lora import BatchContext, inject
@@ -381,12 +381,24 @@ class Engine:
     def _run(self, batch: list[GenRequest]) -> None:
         t_start = time.perf_counter()
         try:
-            loads = self.cache.acquire([r.record for r in batch if r.record is not None])
-        except (CapacityError, AdapterError) as exc:
-            status = 503 if isinstance(exc, CapacityError) else 424
+            loads, failed = self.cache.acquire([r.record for r in batch if r.record is not None])
+        except CapacityError as exc:
             for r in batch:
-                self._finish_error(r, EngineError(status, str(exc)))
+                self._finish_error(r, EngineError(503, str(exc)))
             return
+        if failed:
+            for name, exc in failed.items():
+                # The reason (with local paths) goes to the log; the caller gets the name only.
+                log.error("adapter %s could not be reloaded: %s", name, exc)
+                self.telemetry.event("adapter_reload_failed", adapter=name)
+            for r in batch:
+                if r.adapter in failed:
+                    self._finish_error(r, EngineError(
+                        424, f"adapter {r.adapter!r} could not be loaded: its artifact on this "
+                        "copy's disk is no longer valid; register it again"))  # fmt: skip
+            batch = [r for r in batch if r.adapter not in failed]
+            if not batch:
+                return
         t_loaded = time.perf_counter()
         for r in batch:
             r.timings["queue"] = (t_start - r.arrival) * 1000

@@ -203,7 +203,13 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
             loaded = await asyncio.wait_for(
                 asyncio.to_thread(_load, engine, req.name, req.src), REGISTER_BUDGET_S
             )
-            record, replaced = engine.cache.register(loaded, pin=req.pin)
+            owned = _owned_dir(engine, loaded.src)
+            try:
+                record, replaced = engine.cache.register(loaded, pin=req.pin, owned_dir=owned)
+            except CapacityError:
+                if owned is not None:
+                    shutil.rmtree(owned, ignore_errors=True)
+                raise
         except TimeoutError:
             tel.event("adapter_rejected", adapter=req.name, reason="registration budget")
             return _error(424, f"adapter {req.name!r} rejected: checking it took over "
@@ -284,6 +290,15 @@ async def _read_limited(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
+def _owned_dir(engine: Engine, src: str) -> Path | None:
+    """The directory ``_load`` extracted an archive into (under the work dir), if it did."""
+    path = Path(src).resolve()
+    work = engine.settings.work_dir.resolve()
+    if path.name == "adapter" and path.parent.parent == work:
+        return path.parent
+    return None
+
+
 def _load(engine: Engine, name: str, src: str):
     path = Path(src)
     if not path.exists():
@@ -296,7 +311,8 @@ def _load(engine: Engine, name: str, src: str):
         # The directory's name never comes from the adapter's name (no path from a name).
         dest = Path(tempfile.mkdtemp(prefix="adapter-", dir=work)) / "adapter"
         try:
-            extract(path, dest)
+            extract(path, dest, max_total_bytes=engine.settings.max_artifact_bytes,
+                    max_ratio=engine.settings.max_expansion_ratio)  # fmt: skip
             return engine.cache.validate(name, dest)
         except Exception:
             shutil.rmtree(dest.parent, ignore_errors=True)

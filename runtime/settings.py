@@ -48,6 +48,8 @@ class Settings:
     base_revision: str | None = None
     base_tokenizer_sha256: str | None = None
     work_dir: Path = Path(tempfile.gettempdir()) / "lora-runtime"
+    max_artifact_bytes: int = 8 * 1024**3
+    max_expansion_ratio: float = 100.0
 
     @classmethod
     def from_env(cls, model_dir: str | Path | None = None) -> Settings:
@@ -72,4 +74,6 @@ class Settings:
             work_dir=Path(
                 os.environ.get("OPTION_WORK_DIR", Path(tempfile.gettempdir()) / "lora-runtime")
             ),
+            max_artifact_bytes=_int("OPTION_MAX_ARTIFACT_BYTES", 8 * 1024**3),
+            max_expansion_ratio=_float("OPTION_MAX_EXPANSION_RATIO", 100.0),
         )

@@ -92,3 +92,33 @@ def test_in_flight_adapters_are_not_evicted(engine, adapters) -> None:
         assert engine.cache.can_fit({names[2]})
     finally:
         engine.cache.release(held)
+
+
+def test_a_failed_reload_from_disk_fails_only_that_adapters_requests(
+    engine, adapters, tmp_path
+) -> None:
+    import shutil
+
+    from runtime.engine import EngineError
+
+    names = list(adapters)[:3]
+    copies = {}
+    for n in names:
+        copies[n] = tmp_path / f"copy-{n}"
+        shutil.copytree(adapters[n], copies[n])
+        _register(engine, n, copies[n])
+    for n in names:
+        _run(engine, n)  # two slots, one host place: the first is back on disk
+    victim = next(a["name"] for a in engine.cache.list() if a["tier"] != "device")
+    engine.cache.get(victim).host = None  # as the host tier's LRU would leave it: on disk only
+    (copies[victim] / "adapter_model.safetensors").write_bytes(b"gone")
+    others = [n for n in names if n != victim]
+    reqs = [engine.submit(GenRequest(adapter=a, input_ids=[5, 6, 7],
+                                     params=GenParams(max_new_tokens=2)))
+            for a in [victim, None, *others]]  # fmt: skip
+    with pytest.raises(EngineError) as err:
+        engine.wait(reqs[0], timeout=60)
+    assert err.value.status == 424 and victim in err.value.message
+    assert str(tmp_path) not in err.value.message, "a local path leaked to the caller"
+    for req in reqs[1:]:
+        assert engine.wait(req, timeout=60)["generated_text"] is not None

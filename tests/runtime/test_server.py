@@ -390,3 +390,38 @@ def test_user_content_cannot_forge_a_system_turn(server, tiny_base) -> None:
     assert sum(i in control for i in ids) == 3
     r = server.invoke(messages=forged, parameters={"max_new_tokens": 2})
     assert r.status_code == 200
+
+
+def _work_bytes(server) -> int:
+    work = server.log.parent / "work"
+    return sum(f.stat().st_size for f in work.rglob("*") if f.is_file()) if work.exists() else 0
+
+
+def test_extracted_archives_are_removed_on_replace_and_delete(server, adapters, tmp_path) -> None:
+    archive = tmp_path / "adapter.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for f in adapters["all-r16"].iterdir():
+            tar.add(f, arcname=f.name)
+    before = _work_bytes(server)
+    for _ in range(5):
+        r = server.client.post("/adapters", json={"name": "cycled", "src": str(archive)})
+        assert r.status_code == 200, r.text
+        assert _gen(server, "cycled")["adapter"] == "cycled"
+    one = _work_bytes(server) - before
+    assert 0 < one <= 2 * sum(f.stat().st_size for f in adapters["all-r16"].iterdir())
+    assert server.client.delete("/adapters/cycled").status_code == 200
+    assert _work_bytes(server) == before
+
+
+def test_an_archive_that_expands_far_beyond_its_size_is_refused(tmp_path) -> None:
+    from runtime.artifacts import ArtifactError, extract
+
+    bomb = tmp_path / "bomb.tar.gz"
+    data = b"\0" * (3 * 1024 * 1024)
+    with tarfile.open(bomb, "w:gz") as tar:
+        info = tarfile.TarInfo("adapter_model.safetensors")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(ArtifactError, match="expands over 2 times"):
+        extract(bomb, tmp_path / "out", max_ratio=2)
+    assert not (tmp_path / "out").exists()
