@@ -141,10 +141,21 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
             repetition_penalty=p.repetition_penalty, stop=tuple(x for x in p.stop if x),
             seed=p.seed, do_sample=p.do_sample,
         )  # fmt: skip
+        # Characters are bounded before tokenizing (no tokenizer turns more than
+        # CHARS_PER_TOKEN characters into fewer than one token), and tokenizing runs off the
+        # event loop, so a huge prompt can neither stall /ping nor reach the tokenizer.
+        chars = len(body.inputs or "") + sum(len(m.content) for m in body.messages or [])
+        if chars > s.max_input_tokens * CHARS_PER_TOKEN:
+            return _error(413, f"prompt is {chars} characters, over the "
+                               f"{s.max_input_tokens * CHARS_PER_TOKEN} that "
+                               f"{s.max_input_tokens} input tokens allow")  # fmt: skip
         try:
-            ids = engine.encode(
-                body.inputs, [m.model_dump() for m in body.messages] if body.messages else None
-            )
+            ids = await asyncio.to_thread(
+                engine.encode,
+                body.inputs, [m.model_dump() for m in body.messages] if body.messages else None,
+            )  # fmt: skip
+        except EngineError as exc:
+            return _error(exc.status, exc.message)
         except Exception as exc:  # a template or tokenizer failure is the request's fault
             return _error(400, f"cannot tokenize the prompt: {exc}")
         # Metric labels name registered adapters only: an unknown name must not grow /metrics.
@@ -270,6 +281,8 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
 #: passes as the adapter identifier: never a path separator, control character or dot segment.
 ADAPTER_NAME_RE = re.compile(r"^(?=.{1,63}$)[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
 REGISTER_BODY_BYTES = 64 * 1024
+#: Characters one token can hold at most, for the bound checked before tokenizing.
+CHARS_PER_TOKEN = 32
 #: What checking and loading one adapter may take before its registration is refused.
 REGISTER_BUDGET_S = 120.0
 

@@ -99,3 +99,29 @@ def test_ping_fails_when_the_engine_thread_has_stopped(tiny_base, tmp_path) -> N
 def test_out_of_range_sampling_parameters_are_a_400(server, params) -> None:
     r = server.invoke(inputs="hello", parameters={"max_new_tokens": 2, **params})
     assert r.status_code == 400, r.text
+
+
+def _text(engine: Engine, prompt: str, **params) -> str:
+    out = _run(engine, prompt, GenParams(max_new_tokens=8, **params))
+    assert isinstance(out, dict), out
+    return out["generated_text"]
+
+
+def test_sampling_is_seeded_per_request_and_top_k_1_is_greedy(engine) -> None:
+    prompt = PROMPTS[2]
+    sampled = {"do_sample": True, "temperature": 1.5}
+    texts = {_text(engine, prompt, seed=s, **sampled) for s in range(6)}
+    assert len(texts) > 1, "different seeds gave the same text every time"
+    assert _text(engine, prompt, seed=4, **sampled) == _text(engine, prompt, seed=4, **sampled)
+    assert _text(engine, prompt, seed=9, top_k=1, **sampled) == _text(engine, prompt)
+
+
+def test_a_seed_gives_the_same_text_whatever_the_batch_holds(engine) -> None:
+    sampled = GenParams(max_new_tokens=8, do_sample=True, temperature=1.2, seed=11)
+    alone = _run(engine, PROMPTS[0], sampled)["generated_text"]
+    jobs = [(PROMPTS[0], sampled)] + [(p, GenParams(max_new_tokens=3 + i % 5, do_sample=i % 2 == 0,
+                                                     temperature=0.9, seed=i))
+                                      for i, p in enumerate(PROMPTS * 3)]  # fmt: skip
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        results = list(pool.map(lambda j: _run(engine, *j), jobs))
+    assert results[0]["generated_text"] == alone

@@ -425,3 +425,23 @@ def test_an_archive_that_expands_far_beyond_its_size_is_refused(tmp_path) -> Non
     with pytest.raises(ArtifactError, match="expands over 2 times"):
         extract(bomb, tmp_path / "out", max_ratio=2)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_huge_prompt_is_refused_before_tokenizing_and_ping_stays_fast(server) -> None:
+    import threading
+
+    slow: list[float] = []
+
+    def ping() -> None:
+        for _ in range(20):
+            t0 = time.perf_counter()
+            assert server.client.get("/ping").status_code == 200
+            slow.append(time.perf_counter() - t0)
+
+    t = threading.Thread(target=ping)
+    t.start()
+    for _ in range(5):
+        r = server.invoke(None, inputs="y" * 60_000)
+        assert r.status_code == 413 and "characters" in r.json()["error"]
+    t.join()
+    assert max(slow) < 2.0
