@@ -63,8 +63,19 @@ REVIEWED: dict[tuple[str, str], tuple[str, ...]] = {
         for rule in ("LambdaConcurrency", "LambdaDLQ", "LambdaInsideVPC")
     },
     # The rollback alarm is read by SageMaker's rolling update; paging is observability's.
-    ("PREFIX-serving/Serving/RollbackAlarm", "HIPAA.Security-CloudWatchAlarmAction"): ALL,
-    ("PREFIX-serving/Serving/RollbackAlarm", "NIST.800.53.R5-CloudWatchAlarmAction"): ALL,
+    **{
+        (f"PREFIX-serving/Serving/{alarm}", f"{pack}-CloudWatchAlarmAction"): ALL
+        for alarm in ("RollbackAlarm", "BaseRollbackAlarm")
+        for pack in ("HIPAA.Security", "NIST.800.53.R5")
+    },
+    # ml.g5 instances have NVMe storage, for which SageMaker refuses an endpoint KMS key.
+    **{
+        (
+            "PREFIX-serving/Serving/EndpointConfig",
+            f"{pack}-SageMakerEndpointConfigurationKMSKeyConfigured",
+        ): ALL
+        for pack in ("HIPAA.Security", "NIST.800.53.R5")
+    },
     ("PREFIX-router/Router/Api", "HIPAA.Security-APIGWCacheEnabledAndEncrypted"): ALL,
     ("PREFIX-router/Router/Api", "HIPAA.Security-APIGWSSLEnabled"): ALL,
     ("PREFIX-router/Router/Api", "NIST.800.53.R5-APIGWCacheEnabledAndEncrypted"): ALL,

@@ -105,14 +105,19 @@ def test_the_model_has_no_fixed_name_and_the_base_component_rolls_copies(dev_tem
     ]
     assert base["Specification"]["ModelName"] == {"Fn::GetAtt": [model_id, "ModelName"]}
     policy = base["DeploymentConfig"]["RollingUpdatePolicy"]
-    assert policy["MaximumBatchSize"] == {"Type": "COPY_COUNT", "Value": 1}
-    assert policy["RollbackMaximumBatchSize"] == {"Type": "COPY_COUNT", "Value": 1}
+    # SageMaker: MaximumBatchSize "must be between 5% to 50% of the copy count", which a whole
+    # number of copies cannot be for a component with one copy (dev runs one).
+    assert policy["MaximumBatchSize"] == {"Type": "CAPACITY_PERCENT", "Value": 50}
+    assert policy["RollbackMaximumBatchSize"] == {"Type": "CAPACITY_PERCENT", "Value": 50}
     assert 600 <= policy["MaximumExecutionTimeoutInSeconds"] <= 28800
-    (alarm,) = base["DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]
-    # A Ref to an alarm of this stack: created before the component, by name at run time.
-    watched = serving["Resources"][alarm["AlarmName"]["Ref"]]["Properties"]
-    assert watched["MetricName"] == "Invocation5XXErrors"
-    assert {"Name": "EndpointName", "Value": "lora-dev-endpoint"} in watched["Dimensions"]
+    assert 0 <= policy["WaitIntervalInSeconds"] <= 3600
+    alarms = base["DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]
+    # Refs to alarms of this stack: created before the component, by name at run time.
+    watched = [serving["Resources"][a["AlarmName"]["Ref"]]["Properties"] for a in alarms]
+    assert all(w["MetricName"] == "Invocation5XXErrors" for w in watched)
+    dims = [d for w in watched for d in w["Dimensions"]]
+    assert {"Name": "EndpointName", "Value": "lora-dev-endpoint"} in dims
+    assert {"Name": "InferenceComponentName", "Value": "lora-dev-base"} in dims
 
 
 def test_network_isolation_and_vpc_are_the_endpoint_configs_fields(dev_templates) -> None:
@@ -151,3 +156,14 @@ def test_the_base_components_log_group_metrics_and_filters(dev_templates) -> Non
     assert group in {f["Properties"]["LogGroupName"] for f in filters.values()}
     (component,) = resources(serving, "AWS::SageMaker::InferenceComponent")
     assert any("Logs" in d for d in serving["Resources"][component].get("DependsOn", []))
+
+
+@pytest.mark.parametrize(("instance", "local"), [
+    ("ml.g5.xlarge", True), ("ml.g6e.12xlarge", True), ("ml.p4d.24xlarge", True),
+    ("ml.m5d.large", True), ("ml.c6gd.xlarge", True), ("ml.m5.xlarge", False),
+    ("ml.inf2.xlarge", False), ("ml.c7g.large", False),
+])  # fmt: skip
+def test_instances_with_nvme_storage_get_no_kms_key(instance, local) -> None:
+    from infra.serving import has_local_storage
+
+    assert has_local_storage(instance) is local
