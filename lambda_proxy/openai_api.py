@@ -143,6 +143,20 @@ def _usage(out: dict[str, Any]) -> dict[str, int]:
             "total_tokens": prompt + completion}  # fmt: skip
 
 
+def _completion(prefix: str, kind: str, model: str, out: dict[str, Any],
+                choice: dict[str, Any]) -> Response:  # fmt: skip
+    """The OpenAI answer object around one choice, from the native answer."""
+    return _ok({
+        "id": f"{prefix}-{out.get('request_id') or uuid.uuid4().hex}",
+        "object": kind,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": _usage(out),
+        "system_fingerprint": f"{model}@{out.get('version')}",
+    })  # fmt: skip
+
+
 def _ok(body: dict[str, Any]) -> Response:
     return Response(status_code=200, content_type=content_types.APPLICATION_JSON,
                     body=json.dumps(body))  # fmt: skip
@@ -163,16 +177,9 @@ def chat_completions() -> Response:
         out = _run(req, {"messages": messages})
     except _Refused as refused:
         return refused.response
-    return _ok({
-        "id": f"chatcmpl-{out.get('request_id') or uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": req.model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": out["output"]},
-                     "finish_reason": _finish(out.get("finish_reason")), "logprobs": None}],
-        "usage": _usage(out),
-        "system_fingerprint": f"{req.model}@{out.get('version')}",
-    })  # fmt: skip
+    choice = {"index": 0, "message": {"role": "assistant", "content": out["output"]},
+              "finish_reason": _finish(out.get("finish_reason")), "logprobs": None}  # fmt: skip
+    return _completion("chatcmpl", "chat.completion", req.model, out, choice)
 
 
 @router.post("/v1/completions")
@@ -182,16 +189,9 @@ def completions() -> Response:
         out = _run(req, {"inputs": req.prompt})  # type: ignore[attr-defined]
     except _Refused as refused:
         return refused.response
-    return _ok({
-        "id": f"cmpl-{out.get('request_id') or uuid.uuid4().hex}",
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": req.model,
-        "choices": [{"index": 0, "text": out["output"], "logprobs": None,
-                     "finish_reason": _finish(out.get("finish_reason"))}],
-        "usage": _usage(out),
-        "system_fingerprint": f"{req.model}@{out.get('version')}",
-    })  # fmt: skip
+    choice = {"index": 0, "text": out["output"], "logprobs": None,
+              "finish_reason": _finish(out.get("finish_reason"))}  # fmt: skip
+    return _completion("cmpl", "text_completion", req.model, out, choice)
 
 
 @router.get("/v1/models")
