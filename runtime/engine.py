@@ -67,6 +67,32 @@ class GenParams:
         return not self.do_sample or self.temperature == 0
 
 
+class Completion(threading.Event):
+    """A request's done flag that also wakes the asyncio side without a waiting thread: the
+    server awaits a future that ``set`` resolves, instead of holding a pool thread per request
+    (which starved registrations behind open streams)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+        self._guard = threading.Lock()
+
+    def add_callback(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once set (at once if it already is); it runs on the setting thread."""
+        with self._guard:
+            if not self.is_set():
+                self._callbacks.append(fn)
+                return
+        fn()
+
+    def set(self) -> None:
+        with self._guard:
+            super().set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            fn()
+
+
 @dataclass
 class GenRequest:
     adapter: str | None
@@ -84,7 +110,7 @@ class GenRequest:
     finish_reason: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     error: EngineError | None = None
-    done: threading.Event = field(default_factory=threading.Event)
+    done: Completion = field(default_factory=Completion)
     generator: torch.Generator | None = None
 
     def result(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import re
 import shutil
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -178,7 +179,7 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
             return StreamingResponse(
                 _stream(engine, req, chunks, label), media_type="application/jsonlines"
             )
-        done = await asyncio.to_thread(req.done.wait, s.request_timeout_s + 30)
+        done = await _finished(req, s.request_timeout_s + 30)
         return _respond(engine, req, label, done)
 
     @app.post("/adapters")
@@ -212,7 +213,10 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
             )
         try:
             loaded = await asyncio.wait_for(
-                asyncio.to_thread(_load, engine, req.name, req.src), REGISTER_BUDGET_S
+                asyncio.get_running_loop().run_in_executor(
+                    REGISTRATIONS, _load, engine, req.name, req.src
+                ),
+                REGISTER_BUDGET_S,
             )
             owned = _owned_dir(engine, loaded.src)
             try:
@@ -237,7 +241,9 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
         if req.preload or req.pin:
             # When no slot can be freed it stays in host memory and is promoted on first use.
             with contextlib.suppress(CapacityError, EngineError):
-                await asyncio.to_thread(_preload, engine, req.name)
+                await asyncio.get_running_loop().run_in_executor(
+                    REGISTRATIONS, _preload, engine, req.name
+                )
         msg = ResponseMessage.ADAPTER_UPDATED if replaced else ResponseMessage.ADAPTER_REGISTERED
         return JSONResponse({"message": msg.format(alias=req.name), **record.describe()})
 
@@ -285,6 +291,8 @@ REGISTER_BODY_BYTES = 64 * 1024
 CHARS_PER_TOKEN = 32
 #: What checking and loading one adapter may take before its registration is refused.
 REGISTER_BUDGET_S = 120.0
+#: Registrations run here, never in the default pool that tokenizing shares.
+REGISTRATIONS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="register")
 
 
 async def _read_limited(request: Request, limit: int) -> bytes | None:
@@ -368,18 +376,34 @@ def _account(engine: Engine, req: GenRequest, label: str) -> None:
     tel.tokens.labels(label, "output").inc(len(req.output_ids))
 
 
+async def _finished(req: GenRequest, timeout: float) -> bool:
+    """Wait for the request without holding a thread: the engine's ``done.set()`` resolves a
+    future on this loop."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(None))
+
+    req.done.add_callback(wake)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(fut, timeout)
+    return req.done.is_set()
+
+
 async def _stream(engine: Engine, req: GenRequest, chunks: asyncio.Queue, label: str):
     loop = asyncio.get_running_loop()
-
-    def _close_when_done() -> None:
-        req.done.wait(engine.settings.request_timeout_s + 30)
-        # Queued after every token callback (call_soon_threadsafe is FIFO): ends the stream.
-        loop.call_soon_threadsafe(chunks.put_nowait, None)
-
-    closer = asyncio.create_task(asyncio.to_thread(_close_when_done))
-    while (text := await chunks.get()) is not None:
+    # Queued after every token callback (call_soon_threadsafe is FIFO): ends the stream.
+    req.done.add_callback(lambda: loop.call_soon_threadsafe(chunks.put_nowait, None))
+    deadline = loop.time() + engine.settings.request_timeout_s + 30
+    while True:
+        try:
+            text = await asyncio.wait_for(chunks.get(), max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            break
+        if text is None:
+            break
         yield json.dumps({"token": text}) + "\n"
-    await closer
     if not req.done.is_set():
         yield json.dumps({"error": "request timed out", "status": 504}) + "\n"
         return

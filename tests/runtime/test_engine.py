@@ -125,3 +125,39 @@ def test_a_seed_gives_the_same_text_whatever_the_batch_holds(engine) -> None:
     with ThreadPoolExecutor(len(jobs)) as pool:
         results = list(pool.map(lambda j: _run(engine, *j), jobs))
     assert results[0]["generated_text"] == alone
+
+
+def test_registration_is_not_starved_by_requests_waiting_for_the_engine(
+    tiny_base, adapters, tmp_path
+) -> None:
+    import asyncio
+    import time
+
+    import httpx
+
+    from runtime.server import create_app
+
+    e = Engine(Settings(model_dir=tiny_base, work_dir=tmp_path, request_timeout_s=5))
+    e.start()
+    e.stop()  # requests are accepted but never finish: each waits its whole deadline
+    app = create_app(e)
+
+    async def scenario() -> float:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://runtime") as client:
+            waiting = [asyncio.create_task(client.post("/invocations", json={
+                "inputs": f"hello {i}", "parameters": {"max_new_tokens": 4}}, timeout=60))
+                for i in range(16)]  # fmt: skip
+            await asyncio.sleep(0.5)
+            t0 = time.perf_counter()
+            # Preloading would wait for the stopped engine; registering must not wait at all.
+            body = {"name": "prompt", "src": str(adapters["attn-r4"]), "preload": False}
+            r = await client.post("/adapters", json=body, timeout=60)
+            took = time.perf_counter() - t0
+            assert r.status_code == 200, r.text
+            for task in waiting:
+                task.cancel()
+            await asyncio.gather(*waiting, return_exceptions=True)
+            return took
+
+    assert asyncio.run(scenario()) < 3.0
