@@ -9,8 +9,8 @@
     client.chat.completions.create(model="medical-shorthand-r8", messages=[...])
 
 API Gateway's ``AWS_IAM`` authorization checks a SigV4 signature for the ``execute-api``
-service; botocore's ``SigV4Auth`` computes it. This module is not part of the router's own
-code path and imports httpx only when used.
+service; botocore's ``SigV4Auth`` computes it. This module is for callers: nothing in the
+router imports it, so its httpx dependency is the caller's, not the Lambda's.
 """
 
 from __future__ import annotations
