@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from runtime.engine import Engine, GenParams, GenRequest
+from runtime.engine import Engine
+from runtime.request import GenParams, GenRequest
 from runtime.settings import Settings
 from training.base import build_base
 

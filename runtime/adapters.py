@@ -58,10 +58,48 @@ class LoadedAdapter:
     weights: dict[str, tuple[torch.Tensor, torch.Tensor, float]] = field(repr=False)
     manifest: dict[str, Any] | None = None
     identity: dict[str, str | None] = field(default_factory=dict)
+    #: The request shape the adapter was trained on (``prompt_format``), or None for raw text.
+    prompt: PromptFormat | None = None
 
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes + b.nbytes for a, b, _ in self.weights.values())
+
+
+@dataclass(frozen=True)
+class PromptFormat:
+    """How the adapter's training records were shaped: a chat with ``system`` as the system
+    turn and the input as the user turn. A plain ``inputs`` request for such an adapter is given
+    the same shape, or it would reach the adapter as raw text it never saw in training."""
+
+    system: str
+
+    def messages(self, text: str) -> list[dict[str, str]]:
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": text}]
+
+
+#: Longest system instruction a manifest may carry.
+MAX_SYSTEM_CHARS = 4096
+
+
+def prompt_format(manifest: dict[str, Any] | None) -> PromptFormat | None:
+    """The manifest's ``prompt`` entry, checked: absent means raw text."""
+    raw = (manifest or {}).get("prompt")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or raw.get("format") not in ("chat", "raw"):
+        raise AdapterError("manifest.json field 'prompt' must be {format: chat|raw, ...}")
+    if raw["format"] == "raw":
+        return None
+    system = raw.get("system", "")
+    if not isinstance(system, str) or len(system) > MAX_SYSTEM_CHARS:
+        raise AdapterError(
+            f"manifest.json field 'prompt.system' must be text of at most {MAX_SYSTEM_CHARS} "
+            "characters"
+        )
+    if raw.get("input_role", "user") != "user":
+        raise AdapterError("manifest.json field 'prompt.input_role' must be 'user'")
+    return PromptFormat(system=system)
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
@@ -311,4 +349,5 @@ def load_adapter(name: str, directory: Path, base: BaseIdentity) -> LoadedAdapte
         weights=weights,
         manifest=manifest,
         identity=artifact_identity(directory, manifest),
+        prompt=prompt_format(manifest),
     )

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from runtime.adapters import AdapterError, BaseIdentity, LoadedAdapter, load_adapter
+from runtime.adapters import AdapterError, BaseIdentity, LoadedAdapter, PromptFormat, load_adapter
 from runtime.lora import MultiLoraLinear, SlotWeights
 from runtime.telemetry import Telemetry
 
@@ -50,6 +50,8 @@ class Record:
     identity: dict = field(default_factory=dict)
     #: A directory the server extracted this adapter into: removed once no request uses it.
     owned_dir: Path | None = None
+    #: The shape plain-text ``inputs`` are given for this adapter (None: raw text).
+    prompt: PromptFormat | None = None
 
     @property
     def tier(self) -> str:
@@ -70,6 +72,7 @@ class Record:
             "targets": list(self.targets),
             "bytes": self.nbytes,
             "last_load_ms": self.last_load_ms,
+            "prompt_format": "chat" if self.prompt else "raw",
             "src": self.src,
         }
 
@@ -115,9 +118,9 @@ class AdapterCache:
     def validate(self, name: str, src: Path) -> LoadedAdapter:
         """Read and check an adapter without touching the registry (caller's thread)."""
         t0 = time.perf_counter()
+        # The weights stay float32 (``load_adapter`` reads them so) on any base dtype: PEFT
+        # computes LoRA in float32 on a bfloat16 or float16 base (runtime.lora).
         loaded = load_adapter(name, src, self.base)
-        for module, (a, b, scale) in list(loaded.weights.items()):
-            loaded.weights[module] = (a.to(self.dtype), b.to(self.dtype), scale)
         ms = (time.perf_counter() - t0) * 1000
         self.telemetry.load_latency.labels("disk").observe(ms / 1000)
         self.telemetry.event("adapter_load", adapter=name, source="disk", target="host",
@@ -144,6 +147,7 @@ class AdapterCache:
                 rank=loaded.rank, alpha=loaded.alpha, targets=loaded.targets,
                 nbytes=loaded.nbytes, host=loaded, last_used=time.monotonic(),
                 last_load_ms={}, identity=dict(loaded.identity), owned_dir=owned_dir,
+                prompt=loaded.prompt,
             )  # fmt: skip
             if old is not None:
                 self._retire(old)  # the new weights go in on next use
@@ -165,6 +169,11 @@ class AdapterCache:
     def get(self, name: str) -> Record | None:
         with self.lock:
             return self.records.get(name)
+
+    def pinned(self, name: str) -> bool:
+        with self.lock:
+            rec = self.records.get(name)
+            return rec is not None and rec.pinned and not rec.removed
 
     def list(self) -> list[dict]:
         with self.lock:

@@ -1,130 +1,47 @@
-"""The engine: one base model loaded once, batched generation over mixed adapters.
+"""The engine: one base model loaded once, continuous batching over mixed adapters.
 
-Requests are queued; a single engine thread forms batches (up to ``max_batch_size`` rows,
-adapters of one batch limited to what fits in the device slots), makes their adapters
-resident, prefills all rows together (left-padded) and decodes step by step. Each row has its
-own sampling parameters, stop sequences, seed and deadline; finished rows leave the batch (the
-KV cache is narrowed) so the rest continue at a smaller batch size. There is no process-wide
-active adapter: the adapter of each row is a property of the batch (``BatchContext``).
+Requests are queued; one engine thread runs iterations. Each iteration
+
+1. drops the running rows that were cancelled (the client went away) or passed their deadline;
+2. asks the scheduler (``runtime.scheduler``) which waiting requests join, makes their
+   adapters device-resident and prefills them, then merges them into the running batch
+   (``runtime.batch``);
+3. picks every row's next token (``runtime.sampler``), streams it, and lets finished rows leave;
+4. runs one decode step for the rows that remain.
+
+So new requests join at the next decode step and finished ones leave at once; a row's output
+does not depend on what joins or leaves (padding is masked, positions are per row, the LoRA
+delta is per row). There is no process-wide active adapter: the adapter of each row is a
+property of the batch (``BatchContext``).
 
 The decode loop is ours rather than ``generate()`` because ``generate`` takes one set of
-sampling parameters and one stopping rule for the whole batch.
+sampling parameters and one stopping rule for the whole batch, and cannot take rows in and out.
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from runtime.adapters import BaseIdentity
-from runtime.cache import AdapterCache, CapacityError, Record, cuda_memory
+from runtime.adapters import BaseIdentity, PromptFormat
+from runtime.batch import RunningBatch, check_cache
+from runtime.cache import AdapterCache, CapacityError, cuda_memory
 from runtime.compat import verify_tokenizer
 from runtime.lora import BatchContext, inject
+from runtime.request import EngineError, GenRequest
+from runtime.sampler import choose
+from runtime.scheduler import Scheduler
 from runtime.settings import Settings
 from runtime.telemetry import Telemetry, host_rss_bytes, host_total_bytes
 
 log = logging.getLogger("runtime.engine")
-
-
-#: Sampling bounds, the same in the router's schema: a temperature is 0 (greedy) or at least
-#: MIN_TEMPERATURE; a repetition penalty lies within REPETITION_PENALTY. Outside them logits
-#: overflow to inf/nan (5e-324 divides them into infinity).
-MIN_TEMPERATURE = 1e-2
-REPETITION_PENALTY = (0.1, 10.0)
-
-
-class EngineError(Exception):
-    """A request failed; ``status`` is the HTTP status the server answers with."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-@dataclass(frozen=True)
-class GenParams:
-    max_new_tokens: int = 128
-    min_new_tokens: int = 0
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    repetition_penalty: float = 1.0
-    stop: tuple[str, ...] = ()
-    seed: int | None = None
-    do_sample: bool = False
-
-    @property
-    def greedy(self) -> bool:
-        return not self.do_sample or self.temperature == 0
-
-
-class Completion(threading.Event):
-    """A request's done flag that also wakes the asyncio side without a waiting thread: the
-    server awaits a future that ``set`` resolves, instead of holding a pool thread per request
-    (which starved registrations behind open streams)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._callbacks: list[Callable[[], None]] = []
-        self._guard = threading.Lock()
-
-    def add_callback(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` once set (at once if it already is); it runs on the setting thread."""
-        with self._guard:
-            if not self.is_set():
-                self._callbacks.append(fn)
-                return
-        fn()
-
-    def set(self) -> None:
-        with self._guard:
-            super().set()
-            callbacks, self._callbacks = self._callbacks, []
-        for fn in callbacks:
-            fn()
-
-
-@dataclass
-class GenRequest:
-    adapter: str | None
-    input_ids: list[int]
-    params: GenParams
-    on_token: Callable[[str], None] | None = None
-    arrival: float = field(default_factory=time.perf_counter)
-    deadline: float = 0.0
-    id: int = 0
-    # filled by the engine
-    record: Record | None = None
-    output_ids: list[int] = field(default_factory=list)
-    text: str = ""
-    emitted: int = 0
-    finish_reason: str | None = None
-    timings: dict[str, float] = field(default_factory=dict)
-    error: EngineError | None = None
-    done: Completion = field(default_factory=Completion)
-    generator: torch.Generator | None = None
-
-    def result(self) -> dict[str, Any]:
-        return {
-            "generated_text": self.text,
-            "adapter": self.adapter,
-            "adapter_version": self.record.version if self.record else None,
-            # What the container actually served: the artifact's manifest name and version and
-            # its weights' sha256 (None for the base model).
-            "artifact": self.record.identity if self.record else None,
-            "finish_reason": self.finish_reason,
-            "usage": {"input_tokens": len(self.input_ids), "output_tokens": len(self.output_ids)},
-            "timings_ms": {k: round(v, 3) for k, v in self.timings.items()},
-        }
 
 
 def encode_chat(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
@@ -154,12 +71,6 @@ def encode_chat(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
     return ids
 
 
-def _check_scores(row: torch.Tensor, after: str) -> None:
-    """Scores may be -inf (masked) but never NaN or +inf: both make sampling meaningless."""
-    if torch.isnan(row).any() or torch.isposinf(row).any():
-        raise FloatingPointError(f"the scores are not finite after {after}")
-
-
 def pick_dtype(setting: str) -> torch.dtype:
     if setting != "auto":
         return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[
@@ -177,7 +88,7 @@ class Engine:
         self.telemetry = telemetry or Telemetry()
         self.ready = threading.Event()
         self._queue: queue.Queue[GenRequest] = queue.Queue()
-        self._waiting: list[GenRequest] = []
+        self._batch = RunningBatch()
         self._ids = itertools.count(1)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -192,7 +103,7 @@ class Engine:
         tok_sha = verify_tokenizer(s.model_dir, s.base_tokenizer_sha256)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.dtype = pick_dtype(s.dtype)
-        kwargs: dict[str, Any] = {"dtype": self.dtype}
+        kwargs: dict[str, Any] = {"dtype": self.dtype, "attn_implementation": s.attention}
         if s.quantization == "nf4":
             from transformers import BitsAndBytesConfig
 
@@ -206,6 +117,13 @@ class Engine:
         if s.quantization != "nf4":
             model.to(self.device)
         model.eval()
+        # transformers 5 renamed ``past_key_values`` to ``cache`` (the old name still works,
+        # with a warning); use whichever this version's forward takes.
+        forward = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in forward else "past_key_values"
+        with torch.inference_mode():  # rows join a running batch by rewriting its KV cache
+            probe = model(input_ids=torch.tensor([[0]], device=self.device), use_cache=True)
+        check_cache(self._kv(probe))
         self.ctx = BatchContext()
         layers = inject(model, self.ctx)
         self.model = model
@@ -241,6 +159,9 @@ class Engine:
             vram_headroom=s.vram_headroom,
             telemetry=self.telemetry,
         )
+        self.scheduler = Scheduler(self.cache, max_batch_size=s.max_batch_size,
+                                   max_prefill_tokens=s.max_prefill_tokens,
+                                   continuous=s.scheduler == "continuous")  # fmt: skip
         self.base_info = {
             "model_id": model_id,
             "revision": revision,
@@ -291,7 +212,16 @@ class Engine:
             "host_total_bytes": host_total_bytes(),
         }
 
-    def encode(self, inputs: str | None, messages: list[dict[str, str]] | None) -> list[int]:
+    def encode(
+        self,
+        inputs: str | None,
+        messages: list[dict[str, str]] | None,
+        prompt: PromptFormat | None = None,
+    ) -> list[int]:
+        """Token ids of a request. Plain ``inputs`` for an adapter trained on chats
+        (``prompt``) are given that chat's shape; otherwise they are tokenized as they are."""
+        if messages is None and prompt is not None:
+            messages = prompt.messages(inputs or "")
         if messages is not None:
             return encode_chat(self.tokenizer, messages)
         return list(self.tokenizer(inputs or "", split_special_tokens=True)["input_ids"])
@@ -306,7 +236,7 @@ class Engine:
             )
         if req.adapter is not None and self.cache.get(req.adapter) is None:
             raise EngineError(404, f"adapter {req.adapter!r} is not registered")
-        if self._queue.qsize() + len(self._waiting) >= s.max_queue:
+        if self._queue.qsize() + len(self.scheduler) >= s.max_queue:
             raise EngineError(503, f"server busy: {s.max_queue} requests already queued")
         req.id = next(self._ids)
         req.deadline = req.arrival + s.request_timeout_s
@@ -316,241 +246,196 @@ class Engine:
         self._queue.put(req)
         return req
 
-    # ------------------------------------------------------------------ engine thread
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._waiting.append(self._queue.get(timeout=0.05))
-            except queue.Empty:
-                if not self._waiting:
-                    continue
-            while True:
-                try:
-                    self._waiting.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            self.telemetry.queue_depth.set(len(self._waiting))
-            batch: list[GenRequest] = []
-            try:
-                batch = self._form_batch()
-                if batch:
-                    self._run(batch)
-                elif self._waiting:
-                    time.sleep(0.002)
-            except Exception as exc:
-                # A failed batch fails its own unfinished requests, never the engine thread.
-                log.exception("batch failed")
-                for r in batch:
-                    if not r.done.is_set():
-                        self._finish_error(r, EngineError(500, f"generation failed: {exc}"))
-
     @property
     def alive(self) -> bool:
         """Whether the engine thread still runs: ``/ping`` fails when it does not, so SageMaker
         replaces the copy instead of routing requests that would never finish."""
         return self._thread is not None and self._thread.is_alive()
 
-    def _form_batch(self) -> list[GenRequest]:
-        batch: list[GenRequest] = []
-        names: set[str] = set()
-        now = time.perf_counter()
-        for req in list(self._waiting):
-            if len(batch) >= self.settings.max_batch_size:
-                break
+    def wait(self, req: GenRequest, timeout: float | None = None) -> dict[str, Any]:
+        if not req.done.wait(timeout):
+            raise EngineError(504, "request timed out")
+        if req.error is not None:
+            raise req.error
+        return req.result()
+
+    # ------------------------------------------------------------------ engine thread
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            idle = not self._batch.rows and not self.scheduler.waiting
             try:
-                names = self._admit(req, batch, names, now)
+                self.scheduler.add(self._queue.get(timeout=0.05) if idle else
+                                   self._queue.get_nowait())  # fmt: skip
+                while True:
+                    self.scheduler.add(self._queue.get_nowait())
+            except queue.Empty:
+                pass
+            self.telemetry.queue_depth.set(len(self.scheduler))
+            if not self._batch.rows and not self.scheduler.waiting:
+                continue
+            try:
+                with torch.inference_mode():
+                    self._iterate()
             except Exception as exc:
-                log.exception("admitting request %s failed", req.id)
-                if req in self._waiting:
-                    self._waiting.remove(req)
-                self._finish_error(req, EngineError(500, f"could not schedule the request: {exc}"))
-        return batch
+                # A failed step fails the rows it ran, never the engine thread.
+                log.exception("decode step failed")
+                for r in self._batch.rows:
+                    self._finish_error(r, EngineError(500, f"generation failed: {exc}"))
+                self._batch = RunningBatch()
 
-    def _admit(
-        self, req: GenRequest, batch: list[GenRequest], names: set[str], now: float
-    ) -> set[str]:
-        """Move ``req`` into ``batch`` when its adapter fits; the adapters of the batch after."""
-        if now > req.deadline:
-            self._waiting.remove(req)
-            self._finish_error(req, EngineError(504, "request timed out waiting in the queue"))
-            return names
-        if req.adapter is not None:
-            rec = self.cache.get(req.adapter)
-            if rec is None:
-                self._waiting.remove(req)
-                self._finish_error(
-                    req, EngineError(404, f"adapter {req.adapter!r} is not registered")
-                )
-                return names
-            wanted = names | {req.adapter}
-            if req.adapter not in names and not self.cache.can_fit(wanted):
-                return names  # waits for a later batch, when a slot can be freed
-            try:
-                req.record = self.cache.hold(req.adapter)
-            except KeyError:  # unregistered between get() and hold()
-                self._waiting.remove(req)
-                self._finish_error(
-                    req, EngineError(404, f"adapter {req.adapter!r} is not registered")
-                )
-                return names
-            names = wanted
-        self._waiting.remove(req)
-        batch.append(req)
-        return names
+    def _iterate(self) -> None:
+        batch = self._batch
+        now = time.perf_counter()
+        self._leave(batch, [i for i, r in enumerate(batch.rows) if self._stopped(r, now)])
+        admitted = self.scheduler.admit(batch.rows, now, self._finish_error)
+        if admitted:
+            joined = self._prefill(admitted)
+            if joined is not None:
+                batch.merge(joined)
+        if not batch.rows:
+            if self.scheduler.waiting and not admitted:
+                time.sleep(0.002)  # every waiting request waits for a slot to free
+            return
+        assert batch.logits is not None
+        tokens, failed = choose(batch.logits, batch.rows, self.eos_ids)
+        now = time.perf_counter()
+        going, leaving = [], []
+        for i, (r, tok) in enumerate(zip(batch.rows, tokens, strict=True)):
+            if i in failed:  # this row alone fails; the others go on unchanged
+                self._finish_error(r, failed[i])
+                leaving.append(i)
+            elif self._advance(r, tok, now):
+                going.append(i)
+            else:
+                self._finish(r, now)
+                leaving.append(i)
+        if leaving:
+            batch.keep(going)
+            tokens = [tokens[i] for i in going]
+        if batch.rows:
+            self._decode(batch, tokens)
 
-    def _finish_error(self, req: GenRequest, err: EngineError) -> None:
+    def _stopped(self, r: GenRequest, now: float) -> bool:
+        """Whether a running row must leave before the next step, and with what error."""
+        if r.cancelled:
+            self.telemetry.stopped.labels("cancelled").inc()
+            self._finish_error(r, EngineError(499, "the client went away"), reason="cancelled")
+            return True
+        if now > r.deadline:
+            self.telemetry.stopped.labels("deadline").inc()
+            self._finish_error(r, EngineError(
+                504, f"generation exceeded the {self.settings.request_timeout_s:g} s deadline"),
+                reason="timeout")  # fmt: skip
+            return True
+        return False
+
+    def _leave(self, batch: RunningBatch, gone: list[int]) -> None:
+        if gone:
+            batch.keep([i for i in range(len(batch.rows)) if i not in set(gone)])
+
+    def _prefill(self, admitted: list[GenRequest]) -> RunningBatch | None:
+        """Make the admitted rows' adapters resident and run their prompts; the new rows with
+        their KV cache and first scores, or None when none of them can run."""
+        t_start = time.perf_counter()
+        try:
+            loads, failed = self.cache.acquire([r.record for r in admitted if r.record is not None])
+        except CapacityError as exc:
+            for r in admitted:
+                self._finish_error(r, EngineError(503, str(exc)))
+            return None
+        for name, exc in failed.items():
+            # The reason (with local paths) goes to the log; the caller gets the name only.
+            log.error("adapter %s could not be reloaded: %s", name, exc)
+            self.telemetry.event("adapter_reload_failed", adapter=name)
+        rows = []
+        for r in admitted:
+            if r.adapter in failed:
+                self._finish_error(r, EngineError(
+                    424, f"adapter {r.adapter!r} could not be loaded: its artifact on this "
+                    "copy's disk is no longer valid; register it again"))  # fmt: skip
+            else:
+                rows.append(r)
+        if not rows:
+            return None
+        t_loaded = time.perf_counter()
+        for r in rows:
+            r.timings["queue"] = (t_start - r.arrival) * 1000
+            r.timings["adapter_load"] = loads.get(r.adapter, 0.0) if r.adapter else 0.0
+        # Prompts of one length run together, unpadded: a row's prefill then computes what it
+        # computes alone (padding would change the LoRA products' bits, see runtime.lora).
+        by_length: dict[int, list[GenRequest]] = {}
+        for r in rows:
+            by_length.setdefault(len(r.input_ids), []).append(r)
+        joined = RunningBatch()
+        for group in by_length.values():
+            part = self._prefill_group(group)
+            if part is not None:
+                joined.merge(part)
+        t_prefill = time.perf_counter()
+        for r in joined.rows:
+            r.timings["prefill"] = (t_prefill - t_loaded) * 1000
+        return joined if joined.rows else None
+
+    def _prefill_group(self, rows: list[GenRequest]) -> RunningBatch | None:
+        """Run prompts of equal length; their KV cache and the scores of their first token."""
+        self.ctx.set_rows([self.cache.slot_of(r.record) if r.record else None for r in rows])
+        ids = torch.tensor([r.input_ids for r in rows], device=self.device)
+        mask = torch.ones_like(ids)
+        positions = torch.arange(ids.shape[1], device=self.device).expand_as(ids)
+        try:
+            # Only the last position's scores are needed (a prompt's full logits are
+            # prompt length x vocabulary).
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                             use_cache=True, logits_to_keep=1)  # fmt: skip
+        except Exception as exc:
+            # A prompt that breaks the forward pass fails its own rows, not the running batch.
+            log.exception("prefill failed")
+            for r in rows:
+                self._finish_error(r, EngineError(500, f"prefill failed: {exc}"))
+            return None
+        last = positions[:, -1].clone()
+        return RunningBatch(rows=rows, kv=self._kv(out), mask=mask, positions=last,
+                            logits=out.logits[:, -1, :])  # fmt: skip
+
+    def _decode(self, batch: RunningBatch, tokens: list[int]) -> None:
+        """One decode step: feed each row's new token, keep the scores of the next one."""
+        self.telemetry.batch_size.observe(len(batch.rows))
+        self.ctx.set_rows([self.cache.slot_of(r.record) if r.record else None for r in batch.rows])
+        mask = batch.extend_mask()
+        batch.positions = batch.positions + 1  # type: ignore[operator]
+        step = torch.tensor(tokens, device=self.device).unsqueeze(1)
+        out = self.model(input_ids=step, attention_mask=mask,
+                         position_ids=batch.positions.unsqueeze(1), use_cache=True,
+                         **{self._cache_arg: batch.kv})  # fmt: skip
+        batch.kv = self._kv(out)
+        batch.logits = out.logits[:, -1, :]
+
+    @staticmethod
+    def _kv(out: Any) -> Any:
+        """The KV cache a forward pass returned (``cache`` in transformers 5.24+)."""
+        kv = getattr(out, "cache", None)
+        return kv if kv is not None else out.past_key_values
+
+    def _finish(self, r: GenRequest, now: float) -> None:
+        r.timings["decode"] = (now - r.arrival) * 1000 - r.timings.get("first_token", 0.0)
+        r.timings["total"] = (now - r.arrival) * 1000
+        if r.record is not None:
+            self.cache.release(r.record)
+        r.done.set()
+
+    def _finish_error(self, req: GenRequest, err: EngineError, reason: str | None = None) -> None:
         req.error = err
+        if reason is not None:
+            req.finish_reason = reason
         if req.record is not None:
             self.cache.release(req.record)
         req.done.set()
 
-    def _run(self, batch: list[GenRequest]) -> None:
-        t_start = time.perf_counter()
-        try:
-            loads, failed = self.cache.acquire([r.record for r in batch if r.record is not None])
-        except CapacityError as exc:
-            for r in batch:
-                self._finish_error(r, EngineError(503, str(exc)))
-            return
-        if failed:
-            for name, exc in failed.items():
-                # The reason (with local paths) goes to the log; the caller gets the name only.
-                log.error("adapter %s could not be reloaded: %s", name, exc)
-                self.telemetry.event("adapter_reload_failed", adapter=name)
-            for r in batch:
-                if r.adapter in failed:
-                    self._finish_error(r, EngineError(
-                        424, f"adapter {r.adapter!r} could not be loaded: its artifact on this "
-                        "copy's disk is no longer valid; register it again"))  # fmt: skip
-            batch = [r for r in batch if r.adapter not in failed]
-            if not batch:
-                return
-        t_loaded = time.perf_counter()
-        for r in batch:
-            r.timings["queue"] = (t_start - r.arrival) * 1000
-            r.timings["adapter_load"] = loads.get(r.adapter, 0.0) if r.adapter else 0.0
-        self.telemetry.batch_size.observe(len(batch))
-
-        active = list(batch)
-        self.ctx.set_rows([self.cache.slot_of(r.record) if r.record else None for r in active])
-        pad = self.tokenizer.pad_token_id
-        width = max(len(r.input_ids) for r in active)
-        ids = torch.full((len(active), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(active), width), dtype=torch.long)
-        for i, r in enumerate(active):
-            ids[i, width - len(r.input_ids) :] = torch.tensor(r.input_ids)
-            mask[i, width - len(r.input_ids) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        with torch.inference_mode():
-            out = self.model(
-                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True
-            )
-            kv = out.past_key_values
-            logits = out.logits[:, -1, :]
-            t_prefill = time.perf_counter()
-            for r in active:
-                r.timings["prefill"] = (t_prefill - t_loaded) * 1000
-            last_pos = positions[:, -1]
-            while active:
-                tokens, failed = self._choose(logits, active)
-                keep: list[int] = []
-                now = time.perf_counter()
-                for i, (r, tok) in enumerate(zip(active, tokens, strict=True)):
-                    if i in failed:  # this row alone fails; the others go on unchanged
-                        self._finish_error(r, failed[i])
-                        continue
-                    if self._advance(r, tok, now):
-                        keep.append(i)
-                    else:
-                        r.timings["decode"] = (now - t_prefill) * 1000
-                        r.timings["total"] = (now - r.arrival) * 1000
-                        if r.record is not None:
-                            self.cache.release(r.record)
-                        r.done.set()
-                if not keep:
-                    break
-                if len(keep) < len(active):
-                    index = torch.tensor(keep, device=self.device)
-                    kv.batch_select_indices(index)
-                    mask, last_pos = mask[index], last_pos[index]
-                    tokens = [tokens[i] for i in keep]
-                    active = [active[i] for i in keep]
-                    self.ctx.set_rows(
-                        [self.cache.slot_of(r.record) if r.record else None for r in active]
-                    )
-                step = torch.tensor(tokens, device=self.device).unsqueeze(1)
-                mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
-                last_pos = last_pos + 1
-                out = self.model(
-                    input_ids=step,
-                    attention_mask=mask,
-                    position_ids=last_pos.unsqueeze(1),
-                    past_key_values=kv,
-                    use_cache=True,
-                )
-                logits = out.logits[:, -1, :]
-
-    def _choose(
-        self, logits: torch.Tensor, rows: list[GenRequest]
-    ) -> tuple[list[int], dict[int, EngineError]]:
-        """Each row's next token, and the rows that cannot go on (non-finite scores or a
-        failure in their own post-processing): those fail alone."""
-        logits = logits.float()
-        eos = sorted(self.eos_ids)
-        for i, r in enumerate(rows):
-            if eos and len(r.output_ids) < r.params.min_new_tokens:
-                logits[i, eos] = float("-inf")  # as transformers' min_new_tokens does
-        greedy = logits.argmax(dim=-1).tolist()
-        finite = torch.isfinite(logits).any(dim=-1).tolist()
-        out: list[int] = []
-        failed: dict[int, EngineError] = {}
-        for i, r in enumerate(rows):
-            try:
-                if not finite[i] or torch.isnan(logits[i]).any():
-                    raise FloatingPointError("the model's scores are not finite")
-                out.append(self._choose_row(logits[i], greedy[i], r))
-            except Exception as exc:
-                failed[i] = EngineError(
-                    400 if isinstance(exc, FloatingPointError) else 500,
-                    f"sampling failed for this request: {exc}",
-                )
-                out.append(0)
-        return out, failed
-
-    def _choose_row(self, scores: torch.Tensor, greedy: int, r: GenRequest) -> int:
-        p = r.params
-        if p.greedy and p.repetition_penalty == 1.0:
-            return greedy
-        if not (p.greedy or p.temperature >= MIN_TEMPERATURE):
-            raise FloatingPointError(f"temperature {p.temperature:g} is below {MIN_TEMPERATURE:g}")
-        row = scores.clone()
-        if p.repetition_penalty != 1.0:
-            seen = torch.tensor(sorted(set(r.input_ids) | set(r.output_ids)), device=row.device)
-            score = row[seen]
-            row[seen] = torch.where(
-                score < 0, score * p.repetition_penalty, score / p.repetition_penalty
-            )
-            _check_scores(row, "the repetition penalty")
-        if p.greedy:
-            return int(row.argmax())
-        row = row / p.temperature
-        _check_scores(row, "the temperature")
-        if p.top_k > 0:
-            kth = torch.topk(row, min(p.top_k, row.numel())).values[-1]
-            row[row < kth] = float("-inf")
-        if p.top_p < 1.0:
-            sorted_logits, order = torch.sort(row, descending=True)
-            cum = sorted_logits.softmax(-1).cumsum(-1)
-            drop = cum - sorted_logits.softmax(-1) > p.top_p  # keep the token crossing top_p
-            row[order[drop]] = float("-inf")
-        probs = row.softmax(-1).cpu()
-        if not torch.isfinite(probs).all() or float(probs.sum()) <= 0:
-            raise FloatingPointError("the sampling probabilities are not finite")
-        return int(torch.multinomial(probs, 1, generator=r.generator))
-
     def _advance(self, r: GenRequest, token: int, now: float) -> bool:
         """Append ``token`` to ``r``; returns whether the row continues."""
+        if not r.output_ids and "first_token" not in r.timings:
+            r.timings["first_token"] = (now - r.arrival) * 1000
+            self.telemetry.first_token.observe(now - r.arrival)
         if token in self.eos_ids:
             r.finish_reason = "stop"
             self._flush(r, final=True)
@@ -567,13 +452,6 @@ class Engine:
         r.text = text
         if len(r.output_ids) >= r.params.max_new_tokens:
             r.finish_reason = "length"
-            self._flush(r, final=True)
-            return False
-        if now > r.deadline:
-            r.finish_reason = "timeout"
-            r.error = EngineError(
-                504, f"generation exceeded the {self.settings.request_timeout_s:g} s deadline"
-            )
             self._flush(r, final=True)
             return False
         self._flush(r, final=False)
@@ -593,10 +471,3 @@ class Engine:
         if len(stable) > r.emitted:
             r.on_token(stable[r.emitted :])
             r.emitted = len(stable)
-
-    def wait(self, req: GenRequest, timeout: float | None = None) -> dict[str, Any]:
-        if not req.done.wait(timeout):
-            raise EngineError(504, "request timed out")
-        if req.error is not None:
-            raise req.error
-        return req.result()

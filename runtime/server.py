@@ -35,14 +35,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from runtime.adapters import AdapterError
 from runtime.artifacts import ArtifactError, extract
 from runtime.cache import CapacityError
-from runtime.engine import (
-    MIN_TEMPERATURE,
-    REPETITION_PENALTY,
-    Engine,
-    EngineError,
-    GenParams,
-    GenRequest,
-)
+from runtime.engine import Engine
+from runtime.request import EngineError, GenParams, GenRequest
+from runtime.sampler import MIN_TEMPERATURE, REPETITION_PENALTY
 
 ADAPTER_HEADER = SageMakerLoRAApiHeader.ADAPTER_IDENTIFIER
 
@@ -150,10 +145,12 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
             return _error(413, f"prompt is {chars} characters, over the "
                                f"{s.max_input_tokens * CHARS_PER_TOKEN} that "
                                f"{s.max_input_tokens} input tokens allow")  # fmt: skip
+        record = engine.cache.get(adapter) if adapter is not None else None
         try:
             ids = await asyncio.to_thread(
                 engine.encode,
                 body.inputs, [m.model_dump() for m in body.messages] if body.messages else None,
+                record.prompt if record is not None else None,
             )  # fmt: skip
         except EngineError as exc:
             return _error(exc.status, exc.message)
@@ -163,7 +160,7 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
         if adapter is None:
             label = "__base__"
         else:
-            label = adapter if engine.cache.get(adapter) is not None else "__unregistered__"
+            label = adapter if record is not None else "__unregistered__"
         loop = asyncio.get_running_loop()
         chunks: asyncio.Queue[str | None] = asyncio.Queue()
         on_token = (
@@ -179,7 +176,12 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
             return StreamingResponse(
                 _stream(engine, req, chunks, label), media_type="application/jsonlines"
             )
-        done = await _finished(req, s.request_timeout_s + 30)
+        # A client that goes away cancels its row at the next decode step.
+        watcher = asyncio.create_task(_cancel_on_disconnect(request, req))
+        try:
+            done = await _finished(req, s.request_timeout_s + 30)
+        finally:
+            watcher.cancel()
         return _respond(engine, req, label, done)
 
     @app.post("/adapters")
@@ -391,7 +393,28 @@ async def _finished(req: GenRequest, timeout: float) -> bool:
     return req.done.is_set()
 
 
+async def _cancel_on_disconnect(request: Request, req: GenRequest) -> None:
+    """Cancel ``req`` once the client disconnects. The body has been read, so the next ASGI
+    message is the disconnect (uvicorn sends nothing else to a request whose body is done)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            req.cancel()
+            return
+
+
 async def _stream(engine: Engine, req: GenRequest, chunks: asyncio.Queue, label: str):
+    """The response body of a streamed request. When the client disconnects, Starlette stops
+    iterating and closes this generator: ``finally`` then cancels the row."""
+    try:
+        async for line in _stream_lines(engine, req, chunks, label):
+            yield line
+    finally:
+        if not req.done.is_set():
+            req.cancel()
+
+
+async def _stream_lines(engine: Engine, req: GenRequest, chunks: asyncio.Queue, label: str):
     loop = asyncio.get_running_loop()
     # Queued after every token callback (call_soon_threadsafe is FIFO): ends the stream.
     req.done.add_callback(lambda: loop.call_soon_threadsafe(chunks.put_nowait, None))

@@ -50,6 +50,23 @@ class Settings:
     work_dir: Path = Path(tempfile.gettempdir()) / "lora-runtime"
     max_artifact_bytes: int = 8 * 1024**3
     max_expansion_ratio: float = 100.0
+    #: Prompt tokens one iteration prefills before the running rows take their next step.
+    max_prefill_tokens: int = 4096
+    #: "continuous" (rows join and leave at every decode step) or "static" (a batch forms
+    #: only when the previous one has finished; kept for the side-by-side benchmark).
+    scheduler: str = "continuous"
+    #: transformers' attention implementation. "sdpa" is the fast default; with "eager" a
+    #: bfloat16 row's output does not depend on the padding its batch neighbours bring
+    #: (PyTorch's SDPA kernels change the last bit with the key length; see README).
+    attention: str = "sdpa"
+
+    def __post_init__(self) -> None:
+        if self.attention not in ("sdpa", "eager"):
+            raise SystemExit(f"OPTION_ATTENTION={self.attention!r} must be 'sdpa' or 'eager'")
+        if self.scheduler not in ("continuous", "static"):
+            raise SystemExit(
+                f"OPTION_SCHEDULER={self.scheduler!r} must be 'continuous' or 'static'"
+            )
 
     @classmethod
     def from_env(cls, model_dir: str | Path | None = None) -> Settings:
@@ -76,4 +93,7 @@ class Settings:
             ),
             max_artifact_bytes=_int("OPTION_MAX_ARTIFACT_BYTES", 8 * 1024**3),
             max_expansion_ratio=_float("OPTION_MAX_EXPANSION_RATIO", 100.0),
+            max_prefill_tokens=_int("OPTION_MAX_PREFILL_TOKENS", 4096),
+            scheduler=os.environ.get("OPTION_SCHEDULER", "continuous"),
+            attention=os.environ.get("OPTION_ATTENTION", "sdpa"),
         )

@@ -49,8 +49,17 @@ class Telemetry:
         self.host_memory = Gauge("lora_host_memory_bytes", "Resident set size", registry=r)
         self.queue_depth = Gauge("lora_queue_depth", "Requests waiting for a batch", registry=r)
         self.batch_size = Histogram(
-            "lora_batch_size", "Rows per batch", buckets=(1, 2, 4, 8, 16, 32, 64), registry=r
-        )
+            "lora_batch_size", "Rows in the running batch at each decode step",
+            buckets=(1, 2, 4, 8, 16, 32, 64), registry=r,
+        )  # fmt: skip
+        self.stopped = Counter(
+            "lora_rows_stopped", "Rows that left the batch before finishing, by reason",
+            ["reason"], registry=r,
+        )  # fmt: skip
+        self.first_token = Histogram(
+            "lora_time_to_first_token_seconds", "From arrival to the first generated token",
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
         self._trace: collections.deque[dict[str, Any]] = collections.deque(maxlen=trace_capacity)
         self._seq = 0
         self._lock = threading.Lock()

@@ -66,22 +66,14 @@ class Server:
         return self.client.post("/invocations", json=body, headers=headers)
 
 
-@pytest.fixture(scope="module")
-def server(tiny_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def start_server(model_dir: Path, workdir: Path, **options: str) -> Server:
+    """The runtime as SageMaker runs it: ``python -m runtime serve`` with OPTION_* variables."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    env = {
-        **os.environ,
-        "OPTION_MAX_LORAS": "2",
-        "OPTION_MAX_CPU_LORAS": "2",
-        "OPTION_MAX_INPUT_TOKENS": "256",
-        "OPTION_MAX_NEW_TOKENS": "64",
-        "OPTION_MAX_BODY_BYTES": "65536",
-        "OPTION_WORK_DIR": str(log.parent / "work"),
-    }
+    log = workdir / "server.log"
+    env = {**os.environ, "OPTION_WORK_DIR": str(workdir / "work"), **options}
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime", "serve", "--model-dir", str(tiny_base),
+            [sys.executable, "-m", "runtime", "serve", "--model-dir", str(model_dir),
              "--host", "127.0.0.1", "--port", str(port)],
             stdout=out, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
@@ -90,15 +82,27 @@ def server(tiny_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     while time.time() < deadline:
         try:
             if srv.client.get("/ping").status_code == 200:
-                break
+                return srv
         except httpx.TransportError:
             pass
         assert proc.poll() is None, log.read_text()
         time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail(f"server did not become healthy:\n{log.read_text()}")
+    proc.kill()
+    pytest.fail(f"server did not become healthy:\n{log.read_text()}")
+
+
+def stop_server(srv: Server) -> None:
+    srv.proc.terminate()
+    srv.proc.wait(timeout=30)
+    assert "Traceback" not in srv.log.read_text(), srv.log.read_text()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(
+        tiny_base, tmp_path_factory.mktemp("server"),
+        OPTION_MAX_LORAS="2", OPTION_MAX_CPU_LORAS="2", OPTION_MAX_INPUT_TOKENS="256",
+        OPTION_MAX_NEW_TOKENS="64", OPTION_MAX_BODY_BYTES="65536",
+    )  # fmt: skip
     yield srv
-    proc.terminate()
-    proc.wait(timeout=30)
-    assert "Traceback" not in log.read_text(), log.read_text()
+    stop_server(srv)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from runtime.cache import CapacityError
-from runtime.engine import Engine, GenParams, GenRequest
+from runtime.engine import Engine
+from runtime.request import GenParams, GenRequest
 from runtime.settings import Settings
 
 
@@ -99,7 +100,7 @@ def test_a_failed_reload_from_disk_fails_only_that_adapters_requests(
 ) -> None:
     import shutil
 
-    from runtime.engine import EngineError
+    from runtime.request import EngineError
 
     names = list(adapters)[:3]
     copies = {}

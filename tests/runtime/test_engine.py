@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.engine import Engine, EngineError, GenParams, GenRequest
+from runtime.engine import Engine
+from runtime.request import EngineError, GenParams, GenRequest
 from runtime.settings import Settings
 
 PROMPTS = ["pt 45yo m c/o sob", "Alamak, I forgot my wallet lah", "Hello from the desk",

@@ -445,3 +445,42 @@ def test_a_huge_prompt_is_refused_before_tokenizing_and_ping_stays_fast(server) 
         assert r.status_code == 413 and "characters" in r.json()["error"]
     t.join()
     assert max(slow) < 2.0
+
+
+def test_plain_inputs_get_the_chat_shape_the_adapter_was_trained_on(
+    server, adapters, tmp_path
+) -> None:
+    d = tmp_path / "chat-trained"
+    shutil.copytree(adapters["all-r16"], d)
+    system = "Expand the clinical shorthand into full medical terminology."
+    (d / "manifest.json").write_text(json.dumps({
+        "name": "chat-trained", "version": "1", "base": _served_base(d),
+        "prompt": {"format": "chat", "system": system, "input_role": "user"}}))  # fmt: skip
+    assert (
+        server.client.post("/adapters", json={"name": "chatty", "src": str(d)}).status_code == 200
+    )
+    note = "pt 81yo f c/o pnd x4d"
+    params = {"max_new_tokens": 8, "min_new_tokens": 8}
+    as_inputs = server.invoke("chatty", inputs=note, parameters=params).json()
+    as_chat = server.invoke("chatty", messages=[{"role": "system", "content": system},
+                                                {"role": "user", "content": note}],
+                            parameters=params).json()  # fmt: skip
+    assert as_inputs["generated_text"] == as_chat["generated_text"]
+    assert as_inputs["usage"]["input_tokens"] == as_chat["usage"]["input_tokens"]
+    # The base model, and an adapter without a recorded format, still take raw text.
+    raw = server.invoke(None, inputs=note, parameters=params).json()
+    assert raw["usage"]["input_tokens"] < as_chat["usage"]["input_tokens"]
+    listed = {a["name"]: a for a in server.client.get("/adapters").json()["adapters"]}
+    assert listed["chatty"]["prompt_format"] == "chat"
+    server.client.delete("/adapters/chatty")
+
+
+@pytest.mark.parametrize("prompt", [{"format": "xml"}, {"format": "chat", "system": 3},
+                                    {"format": "chat", "system": "x" * 5000}, "chat"])  # fmt: skip
+def test_a_malformed_prompt_format_is_refused(server, adapters, tmp_path, prompt) -> None:
+    d = tmp_path / "bad-prompt"
+    shutil.copytree(adapters["attn-r4"], d)
+    (d / "manifest.json").write_text(json.dumps({"name": "bad", "version": "1",
+                                                 "base": _served_base(d), "prompt": prompt}))  # fmt: skip
+    r = server.client.post("/adapters", json={"name": "badprompt", "src": str(d)})
+    assert r.status_code == 424 and "prompt" in r.json()["error"], r.text
