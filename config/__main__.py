@@ -38,7 +38,7 @@ def _print_deployment(dep: Deployment) -> None:
         )
     rows = []
     for a in dep.adapters:
-        p = a.entry.profile()
+        p = a.profile
         allowed = ",".join(a.entry.allow.tenants + a.entry.allow.principals) or "(nobody)"
         rows.append(
             [

@@ -23,6 +23,7 @@ from config.schema import (
     Environment,
     PipelineConfig,
 )
+from config.tasks import TaskProfile
 
 CONFIG_DIR = Path(__file__).resolve().parent
 CATALOG_PATH = CONFIG_DIR / "adapters.yaml"
@@ -191,6 +192,8 @@ class ResolvedAdapter:
 
     entry: AdapterEntry
     component_name: str
+    #: The task profile with the entry's overrides, then the environment's training plan.
+    profile: TaskProfile
 
     @property
     def name(self) -> str:
@@ -337,7 +340,8 @@ def resolve(catalog: Catalog, env: Environment, catalog_file: str, env_dir: str)
                 )
             )
             continue
-        resolved.append(ResolvedAdapter(entry=a, component_name=component))
+        resolved.append(ResolvedAdapter(entry=a, component_name=component,
+                                        profile=env.training.apply(a.profile())))  # fmt: skip
     if issues:
         raise CatalogError(issues)
     return Deployment(

@@ -76,11 +76,17 @@ def base_bytes(base: BaseModelEntry) -> float:
     return params * BYTES_PER_PARAM[base.dtype]
 
 
+#: The runtime keeps LoRA weights in float32 on every base dtype, as PEFT does (runtime.lora):
+#: a bfloat16 copy changes the greedy token. So a slot costs 4 bytes per LoRA parameter.
+LORA_BYTES_PER_PARAM = 4.0
+
+
 def adapter_bytes(base: BaseModelEntry, rank: int, modules: tuple[str, ...]) -> float:
+    """One device slot: A and B of every targeted projection, over the base's layer shapes
+    (Qwen3 and Llama name their projections alike)."""
     shapes = base.architecture.module_shapes()
     per_layer = sum(rank * (shapes[m][0] + shapes[m][1]) for m in modules)
-    dtype_bytes = BYTES_PER_PARAM["float32" if base.dtype == "float32" else "bfloat16"]
-    return per_layer * base.architecture.num_hidden_layers * dtype_bytes
+    return per_layer * base.architecture.num_hidden_layers * LORA_BYTES_PER_PARAM
 
 
 def plan(dep: Deployment) -> Plan:
@@ -95,9 +101,9 @@ def plan(dep: Deployment) -> Plan:
     usable = device_gib * s.vram_headroom
     base = base_bytes(dep.base) / GIB
     kv = s.kv_cache_gb
-    rank = max((a.entry.profile().rank for a in dep.adapters), default=1)
+    rank = max((a.profile.rank for a in dep.adapters), default=1)
     modules = (
-        tuple(sorted({m for a in dep.adapters for m in TARGET_MODULES[a.entry.profile().targets]}))
+        tuple(sorted({m for a in dep.adapters for m in TARGET_MODULES[a.profile.targets]}))
         or TARGET_MODULES[next(iter(TARGET_MODULES))]
     )
     adapter = adapter_bytes(dep.base, rank, modules)

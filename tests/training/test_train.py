@@ -13,18 +13,19 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
 from config import load_catalog
-from training.package import PackageError, pack, read_manifest, write_manifest
+from training.package import PackageError, pack, read_manifest, sha256_file, write_manifest
 from training.publish import PublishError, check, publish
 from training.train import train
 
 NAME = "pii-redaction"
+ENV = "local-quick"  # the small Qwen3 base (local_base): training here takes seconds
 
 
 @pytest.fixture(scope="module")
 def trained(local_base: Path, tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("trained")
-    return train(NAME, env="local", base_dir=local_base, out_dir=out, max_steps=20,
-                 dataset_size=160, log=lambda _: None)  # fmt: skip
+    return train(NAME, env=ENV, base_dir=local_base, out_dir=out, max_steps=20,
+                 dataset_size=400, log=lambda _: None)  # fmt: skip
 
 
 def test_archive_has_the_files_at_its_root_and_hashes_verify(trained) -> None:
@@ -35,8 +36,13 @@ def test_archive_has_the_files_at_its_root_and_hashes_verify(trained) -> None:
     m = read_manifest(trained.archive)
     assert m["name"] == NAME and m["base"]["model_id"] == "local/qwen3-local"
     assert m["dataset"]["sha256"] and m["hyperparameters"]["rank"] == 8
-    assert set(m["eval"]) >= {"metric", "base", "adapter", "beats_base"}
+    assert m["dataset"]["test"] >= 64 and m["dataset"]["validation"] >= 32
+    assert set(m["eval"]) >= {"metric", "base", "adapter", "beats_base", "publishable",
+                              "bootstrap", "failures"}  # fmt: skip
+    assert m["eval"]["split"] == "test" and m["eval"]["examples"] == 64
     assert "pii_leak_rate" in m["eval"]["adapter"]
+    assert m["prompt"] == {"format": "chat", "system": m["hyperparameters"]["instruction"],
+                           "input_role": "user"}  # fmt: skip
 
 
 def test_tampered_archive_fails_verification(trained, tmp_path) -> None:
@@ -79,10 +85,69 @@ def _repack(trained, tmp_path: Path, **changes) -> Path:
     return out
 
 
-def test_publish_refuses_an_adapter_that_does_not_beat_its_base(trained, tmp_path) -> None:
-    archive = _repack(trained, tmp_path, eval={"beats_base": False})
-    with pytest.raises(PublishError, match="does not beat its base"):
-        check(archive, NAME, "local")
+def test_a_rewritten_verdict_is_evaluated_again_and_refused(trained, local_base, tmp_path) -> None:
+    # What used to pass: set the manifest's own flag and re-hash the files.
+    forged = {**trained.manifest["eval"], "beats_base": True, "publishable": True, "failures": []}
+    archive = _repack(trained, tmp_path, eval=forged)
+    assert read_manifest(archive)["eval"]["publishable"] is True
+    with pytest.raises(PublishError, match="not publishable"):
+        check(archive, NAME, ENV, base_dir=local_base, log=lambda _: None)
+
+
+def test_a_manifest_whose_test_split_cannot_be_reproduced_is_refused(
+    trained, local_base, tmp_path
+) -> None:
+    archive = _repack(trained, tmp_path, dataset={"sha256": "0" * 64})
+    with pytest.raises(PublishError, match="cannot be reproduced"):
+        check(archive, NAME, ENV, base_dir=local_base, log=lambda _: None)
+
+
+def test_without_a_base_or_a_training_job_there_is_no_evidence(trained, monkeypatch) -> None:
+    monkeypatch.setattr("training.publish.local_base_dir", lambda dep: None)
+    with pytest.raises(PublishError, match="manifest's own verdict is not evidence"):
+        check(trained.archive, NAME, ENV)
+
+
+def _job(trained, **metrics) -> dict:
+    ev = trained.manifest["eval"]
+    values = {"adapter_score": ev["adapter"]["score"], "base_score": ev["base"]["score"],
+              "ci_low": ev["bootstrap"]["ci_low"], "publishable": 1.0, **metrics}  # fmt: skip
+    return {"TrainingJobName": "lora-dev-pii-1", "TrainingJobStatus": "Completed",
+            "HyperParameters": {"adapter": NAME, "version": trained.manifest["version"]},
+            "FinalMetricDataList": [{"MetricName": f"gate:{k}", "Value": v}
+                                    for k, v in values.items()]}  # fmt: skip
+
+
+def _as_job_output(trained, tmp_path: Path, ci_low: float = 0.25) -> Path:
+    """The archive as a SageMaker job would have written it, with a passing verdict."""
+    ev = {**trained.manifest["eval"], "publishable": True, "failures": [],
+          "bootstrap": {**trained.manifest["eval"]["bootstrap"], "ci_low": ci_low}}  # fmt: skip
+    return _repack(trained, tmp_path, eval=ev, training={"job_name": "lora-dev-pii-1"})
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"publishable": 0.0}, "not publishable"), ({"adapter_score": 0.999}, "not what training job"),
+     ({"TrainingJobStatus": "Failed"}, "is Failed"), ({"drop": "ci_low"}, "no gate metrics")],
+)  # fmt: skip
+def test_a_training_jobs_recorded_metrics_decide(
+    trained, tmp_path, monkeypatch, change, message
+) -> None:
+    monkeypatch.setattr("training.publish.local_base_dir", lambda dep: None)
+    archive = _as_job_output(trained, tmp_path)
+    described = _job(trained, ci_low=0.25)
+    if "TrainingJobStatus" in change:
+        described.update(change)
+    elif "drop" in change:
+        described["FinalMetricDataList"] = [m for m in described["FinalMetricDataList"]
+                                            if m["MetricName"] != f"gate:{change['drop']}"]  # fmt: skip
+    else:
+        described = _job(trained, ci_low=0.25, **change)
+    with pytest.raises(PublishError, match=message):
+        check(archive, NAME, ENV, describe_job=lambda job, region: described)
+    # The job's own record, agreeing with the archive, is evidence.
+    good = _job(trained, ci_low=0.25)
+    assert check(archive, NAME, ENV, describe_job=lambda job, region: good)["eval"]["publishable"]
 
 
 def test_publish_refuses_a_base_mismatch(trained) -> None:
@@ -92,7 +157,7 @@ def test_publish_refuses_a_base_mismatch(trained) -> None:
 
 def test_publish_refuses_a_version_mismatch(trained, tmp_path) -> None:
     with pytest.raises(PublishError, match="version"):
-        check(_repack(trained, tmp_path, version="9.9.9"), NAME, "local")
+        check(_repack(trained, tmp_path, version="9.9.9"), NAME, ENV)
 
 
 class FakeS3:
@@ -105,20 +170,26 @@ class FakeS3:
         return {}
 
 
-def test_publish_uploads_and_records_artifact_and_sha_in_the_catalog(trained, tmp_path) -> None:
-    if not trained.manifest["eval"]["beats_base"]:
-        pytest.fail(f"the trained adapter should beat its base: {trained.manifest['eval']}")
+def test_publish_uploads_and_records_artifact_and_sha_in_the_catalog(
+    trained, tmp_path, monkeypatch
+) -> None:
     from config.loader import CATALOG_PATH
 
+    monkeypatch.setattr("training.publish.local_base_dir", lambda dep: None)
+    archive = _as_job_output(trained, tmp_path)
+    digest = sha256_file(archive)
+    job = _job(trained, ci_low=0.25)
     catalog = tmp_path / "adapters.yaml"
     shutil.copy(CATALOG_PATH, catalog)
     s3 = FakeS3()
-    uri = publish(trained.archive, NAME, "local", bucket="my-bucket", s3=s3, catalog=catalog)
+    kw = {"bucket": "my-bucket", "s3": s3, "catalog": catalog,
+          "describe_job": lambda name, region: job}  # fmt: skip
+    uri = publish(archive, NAME, ENV, **kw)
     assert uri == f"s3://my-bucket/adapters/{NAME}/1.0.0/adapter.tar.gz"
     assert s3.calls[0]["ServerSideEncryption"] == "aws:kms"
     entry = next(a for a in load_catalog(catalog).adapters if a.name == NAME)
-    assert entry.artifact == uri and entry.sha256 == trained.sha256
+    assert entry.artifact == uri and entry.sha256 == digest
     text = catalog.read_text()
     assert "# The adapter catalog" in text  # comments survive the write-back
-    publish(trained.archive, NAME, "local", bucket="my-bucket", s3=s3, catalog=catalog)
+    publish(archive, NAME, ENV, **kw)
     assert catalog.read_text().count("artifact: s3://my-bucket") == 1  # idempotent

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from training.datasets import medical, pii, sales, sentiment, singlish, style
-from training.datasets.common import Record, Split, build
+from training.datasets.common import PARTS, Record, Split, SplitError, build, check_disjoint
 
 GENERATORS: dict[str, ModuleType] = {
     "medical_shorthand": medical,
@@ -16,11 +16,12 @@ GENERATORS: dict[str, ModuleType] = {
     "style_transfer": style,
 }
 
-DEFAULT_SIZE = 480
+DEFAULT_SIZE = 600
 
 
 def load(task: str, seed: int = 0, size: int = DEFAULT_SIZE) -> Split:
-    """The train / held-out split of one task, identical for the same (task, seed, size)."""
+    """The train / validation / test split of one task, identical for the same (task, seed,
+    size); inputs and labels never cross parts (``common.check_disjoint``)."""
     try:
         module = GENERATORS[task]
     except KeyError:
@@ -37,13 +38,24 @@ def card(task: str) -> str:
 
 
 def corpus(seed: int = 0, size: int = DEFAULT_SIZE) -> list[str]:
-    """Every input and output of every task: what the local base's tokenizer is trained on."""
+    """The training inputs and outputs of every task: what the local Qwen3 base's tokenizer
+    and pre-training see. Only the train parts: a test label in pre-training text would let
+    the base (and every adapter on it) recite the gate's answers."""
     texts: list[str] = []
     for task in GENERATORS:
-        split = load(task, seed, size)
-        for rec in (*split.train, *split.held_out):
+        for rec in load(task, seed, size).train:
             texts.extend((rec.raw, rec.label))
     return texts
 
 
-__all__ = ["GENERATORS", "Record", "Split", "card", "corpus", "load"]
+__all__ = [
+    "GENERATORS",
+    "PARTS",
+    "Record",
+    "Split",
+    "SplitError",
+    "card",
+    "check_disjoint",
+    "corpus",
+    "load",
+]

@@ -12,10 +12,12 @@ import random
 from training.datasets.common import Record, pick
 
 CARD = (
-    "medical_shorthand: synthetic clinical notes. Each note joins 3-4 clause templates "
-    "(presentation, history, examination, plan); slots draw from a lexicon of "
+    "medical_shorthand: synthetic clinical notes. Each note is a presentation (age, sex, "
+    "complaint, duration in hours, days, weeks or months) and one to three more clauses "
+    "(history, surgical history, examination, plan); slots draw from a lexicon of "
     "{n} clinical abbreviations grouped by category. The label expands every abbreviation "
-    "with the lexicon's expansion. No real patient data."
+    "with the lexicon's expansion; the facts (age, sex, durations) are what a faithful "
+    "expansion must keep. No real patient data."
 )
 
 # category -> abbreviation -> expansion
@@ -249,38 +251,66 @@ def _pair(rng: random.Random, category: str) -> tuple[str, str]:
     return abbr, LEXICON[category][abbr]
 
 
+_UNITS = (("d", "day"), ("wk", "week"), ("mo", "month"), ("h", "hour"))
+
+
+def _count(n: int, unit: str) -> str:
+    return f"{n} {unit}" if n == 1 else f"{n} {unit}s"
+
+
 def make(rng: random.Random) -> Record:
+    """A note of two to four clauses; its facts are the age, the sex and every duration."""
     age = rng.randint(18, 94)
     sex_abbr, sex = pick(rng, (("m", "male"), ("f", "female")))
     s1, s2 = _pair(rng, "symptom"), _pair(rng, "symptom")
-    days = rng.randint(1, 14)
-    c1, c2 = _pair(rng, "condition"), _pair(rng, "condition")
+    unit_abbr, unit = _UNITS[rng.choices(range(len(_UNITS)), weights=(6, 3, 2, 1))[0]]
+    n = rng.randint(1, 14 if unit_abbr == "d" else 6 if unit_abbr != "h" else 12)
+    duration = _count(n, unit)
+    facts = [f"{age}-year-old", sex, duration]
+    complaint = (
+        (f"c/o {s1[0]} and {s2[0]}", f"complaining of {s1[1]} and {s2[1]}")
+        if s1 != s2 and rng.random() < 0.6
+        else (f"c/o {s1[0]}", f"complaining of {s1[1]}")
+    )
     clauses = [
         (
-            f"pt {age}yo {sex_abbr} c/o {s1[0]} and {s2[0]} x{days}d.",
-            f"Patient is a {age}-year-old {sex} complaining of {s1[1]} and {s2[1]} "
-            f"for {days} days.",
-        ),
-        (f"pmh {c1[0]}, {c2[0]}.", f"Past medical history of {c1[1]} and {c2[1]}."),
-    ]
-    if rng.random() < 0.5:
-        h = _pair(rng, "history")
-        clauses.append((f"psh {h[0]}.", f"Past surgical history: {h[1]}."))
-    e1, e2 = _pair(rng, "exam"), _pair(rng, "exam")
-    clauses.append((f"exam {e1[0]}, {e2[0]}.", f"On examination, {e1[1]}, {e2[1]}."))
-    t = _pair(rng, "test")
-    d, r, f = _pair(rng, "drug"), _pair(rng, "route"), _pair(rng, "frequency")
-    p = _pair(rng, "plan")
-    weeks = rng.randint(1, 6)
-    clauses.append(
-        (
-            f"plan {t[0]}, {d[0]} {r[0]} {f[0]}, {p[0]}, f/u {weeks}wk.",
-            f"Plan: {t[1]}, {d[1]} {r[1]} {f[1]}, {p[1]}, follow up in {weeks} weeks.",
+            f"pt {age}yo {sex_abbr} {complaint[0]} x{n}{unit_abbr}.",
+            f"Patient is a {age}-year-old {sex} {complaint[1]} for {duration}.",
         )
-    )
+    ]
+    extra = rng.sample(("pmh", "psh", "exam", "plan"), k=rng.choice((1, 1, 2, 3)))
+    for kind in ("pmh", "psh", "exam", "plan"):
+        if kind not in extra:
+            continue
+        if kind == "pmh":
+            c1, c2 = _pair(rng, "condition"), _pair(rng, "condition")
+            clauses.append(
+                (f"pmh {c1[0]}, {c2[0]}.", f"Past medical history of {c1[1]} and {c2[1]}.")
+                if c1 != c2
+                else (f"pmh {c1[0]}.", f"Past medical history of {c1[1]}.")
+            )
+        elif kind == "psh":
+            h = _pair(rng, "history")
+            clauses.append((f"psh {h[0]}.", f"Past surgical history: {h[1]}."))
+        elif kind == "exam":
+            e1, e2 = _pair(rng, "exam"), _pair(rng, "exam")
+            clauses.append((f"exam {e1[0]}, {e2[0]}.", f"On examination, {e1[1]}, {e2[1]}."))
+        else:
+            t = _pair(rng, "test")
+            d, r, f = _pair(rng, "drug"), _pair(rng, "route"), _pair(rng, "frequency")
+            weeks = rng.randint(1, 6)
+            follow = _count(weeks, "week")
+            facts.append(follow)
+            clauses.append(
+                (
+                    f"plan {t[0]}, {d[0]} {r[0]} {f[0]}, f/u {weeks}wk.",
+                    f"Plan: {t[1]}, {d[1]} {r[1]} {f[1]}, follow up in {follow}.",
+                )
+            )
     return Record(
         category="medical_shorthand",
         raw=" ".join(c[0] for c in clauses),
         label=" ".join(c[1] for c in clauses),
-        note=f"{len({s1[0], s2[0], c1[0], c2[0], t[0], d[0], p[0]})} distinct abbreviations",
+        note=f"{len(clauses)} clauses",
+        facts=tuple(facts),
     )

@@ -101,4 +101,5 @@ def make(rng: random.Random) -> Record:
         ]
     )
     label = json.dumps(fields, sort_keys=True, separators=(",", ":"))
-    return Record("sales_json", raw, label, note=f"stage={fields['stage']}")
+    facts = (fields["customer"], fields["product"], str(fields["quantity"]), fields["currency"])
+    return Record("sales_json", raw, label, note=f"stage={fields['stage']}", facts=facts)

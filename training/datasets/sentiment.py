@@ -60,4 +60,6 @@ def make(rng: random.Random) -> Record:
     charged, neutral = PAIRS[rng.randrange(len(PAIRS))]
     slots = {"p": pick(rng, PRODUCTS), "i": pick(rng, ISSUES), "d": pick(rng, DURATIONS)}
     label = neutral.format(**slots)
-    return Record("sentiment_neutralization", charged.format(**slots), label[0].upper() + label[1:])
+    facts = tuple(v for k, v in slots.items() if "{" + k + "}" in neutral)
+    return Record("sentiment_neutralization", charged.format(**slots),
+                  label[0].upper() + label[1:], facts=facts)  # fmt: skip

@@ -100,4 +100,5 @@ def make(rng: random.Random) -> Record:
         "t": pick(rng, TIMES),
     }
     raw, label = singlish.format(**slots), standard.format(**slots)
-    return Record("singlish_to_standard", raw, label[0].upper() + label[1:])
+    facts = tuple(v for k, v in slots.items() if "{" + k + "}" in standard)
+    return Record("singlish_to_standard", raw, label[0].upper() + label[1:], facts=facts)

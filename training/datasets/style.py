@@ -70,4 +70,7 @@ def make(rng: random.Random) -> Record:
         "it": it,
         "It": it[0].upper() + it[1:],
     }
-    return Record("style_transfer", informal.format(**slots), formal.format(**slots))
+    # The facts as the formal side states them (a capitalized slot counts as its own form).
+    facts = tuple(dict.fromkeys(slots[k] for k in slots if "{" + k + "}" in formal))
+    return Record("style_transfer", informal.format(**slots), formal.format(**slots),
+                  facts=facts)  # fmt: skip
