@@ -26,8 +26,8 @@ setup: $(PY) $(CHECKOV)  ## system packages, virtual environments, the project w
 	$(PY) -m pip install --quiet -e '.[dev]'
 	npm ci --no-audit --no-fund --silent
 
-up: setup  ## main job: the whole platform on this machine (base, adapters, servers, playground, tour)
-	$(PY) -m local up
+up: setup  ## main job: the whole platform on this machine (base, servers, playground; adapters train in the background). make up QUICK=1: the small Qwen3 base
+	$(PY) -m local up $(if $(QUICK),--quick,) $(ARGS)
 
 down:  ## stop what `make up` started
 	$(PY) -m local down

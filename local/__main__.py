@@ -1,4 +1,5 @@
-"""``python -m local up | down | status`` (and the ``endpoint`` / ``gateway`` servers it starts)."""
+"""``python -m local up | down | status`` (and the ``endpoint`` / ``gateway`` servers and the
+``trainer`` it starts)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from config import CATALOG_PATH, ENVIRONMENTS_DIR, CatalogError
 def _platform_args(p: argparse.ArgumentParser) -> None:
     from local.platform import ROOT
 
-    p.add_argument("--env", default="local", help="environment file (default: local)")
+    p.add_argument("--env", default=None,
+                   help="environment file (default: local; local-quick with --quick)")  # fmt: skip
     p.add_argument("--catalog", type=Path, default=CATALOG_PATH)
     p.add_argument("--environments-dir", type=Path, default=ENVIRONMENTS_DIR)
     p.add_argument("--state-dir", type=Path, default=ROOT / ".local",
@@ -26,20 +28,28 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m local", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
 
-    up = sub.add_parser("up", help="build, train what is missing, start everything, tour")
+    up = sub.add_parser("up", help="build, start everything, train what is missing in the "
+                        "background, tour")  # fmt: skip
     _platform_args(up)
-    up.add_argument("--gateway-port", type=int, default=8000)
-    up.add_argument("--endpoint-port", type=int, default=8081)
-    up.add_argument("--runtime-port", type=int, default=8080)
+    _ports(up)
     up.add_argument(
         "--redis-url",
         default="redis://127.0.0.1:6379/0",
         help="used when it answers PING; otherwise an in-process cache",
     )
-    up.add_argument(
-        "--max-steps", type=int, default=None, help="cap each adapter's training steps (quicker)"
-    )
+    _training_args(up)
     up.add_argument("--no-tour", action="store_true")
+    up.add_argument("--wait", action="store_true",
+                    help="wait for the background training before the tour")  # fmt: skip
+    up.add_argument("--quick", action="store_true",
+                    help="the small Qwen3 base made here (environment local-quick): up in minutes; "
+                    "its adapters are served although they cannot pass the gate")  # fmt: skip
+
+    tr = sub.add_parser("trainer", help="(started by up) train adapters in the background")
+    _platform_args(tr)
+    _ports(tr)
+    _training_args(tr)
+    tr.add_argument("adapters", nargs="+")
 
     down = sub.add_parser("down", help="stop what `up` started")
     _platform_args(down)
@@ -64,10 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     gw.add_argument("--region", default="us-east-1")
     gw.add_argument("--redis-url", default=None)
     gw.add_argument("--tenant", default="demo")
+    gw.add_argument("--state-dir", type=Path, default=None,
+                    help="where the background trainer writes its progress")  # fmt: skip
 
     args = ap.parse_args(argv)
     if args.command in ("endpoint", "gateway"):
         return _serve(args)
+    if getattr(args, "env", None) is None:
+        args.env = "local-quick" if getattr(args, "quick", False) else "local"
 
     from local import platform
 
@@ -76,22 +90,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stopped {n} processes" if n else "nothing was running")
         return 0
     if args.command == "status":
-        state = platform.read_state(args.state_dir)
-        procs = state.get("processes", {})
-        if not procs:
-            print("not running (start with: make up)")
-            return 1
-        for name, p in procs.items():
-            alive = platform._alive(p["pid"]) and platform._healthy(p["health"])
-            print(f"{name:<9} pid {p['pid']:<7} {'up' if alive else 'DOWN'}  {p['health']}")
-        return 0
+        return _status(args.state_dir)
     opts = platform.Options(
-        env=args.env, catalog=args.catalog.resolve(), environments_dir=args.environments_dir,
-        state_dir=args.state_dir.resolve(), artifacts=args.artifacts.resolve(),
-        gateway_port=args.gateway_port, endpoint_port=args.endpoint_port,
-        runtime_port=args.runtime_port, redis_url=args.redis_url or None,
-        max_steps=args.max_steps, tour=not args.no_tour,
+        env=args.env, catalog=args.catalog.resolve(),
+        environments_dir=args.environments_dir.resolve(), state_dir=args.state_dir.resolve(),
+        artifacts=args.artifacts.resolve(), gateway_port=args.gateway_port,
+        endpoint_port=args.endpoint_port, runtime_port=args.runtime_port,
+        redis_url=getattr(args, "redis_url", None) or None, max_steps=args.max_steps,
+        tour=not getattr(args, "no_tour", True), wait=getattr(args, "wait", False),
+        serve_unpublishable=args.serve_unpublishable or getattr(args, "quick", False),
     )  # fmt: skip
+    if args.command == "trainer":
+        from local import trainer
+
+        return 1 if trainer.run(opts, args.adapters, lambda: platform.declare_ready(opts)) else 0
     try:
         result = platform.up(opts)
     except CatalogError as exc:
@@ -103,6 +115,52 @@ def main(argv: list[str] | None = None) -> int:
     (opts.state_dir / "last_up.json").write_text(json.dumps(result, indent=1, default=str))
     failed = [r for r in result["tour"] if r["status"] != 200]
     return 1 if failed else 0
+
+
+def _ports(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gateway-port", type=int, default=8000)
+    p.add_argument("--endpoint-port", type=int, default=8081)
+    p.add_argument("--runtime-port", type=int, default=8080)
+
+
+def _training_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="cap each adapter's training steps (quicker, worse)")  # fmt: skip
+    p.add_argument("--serve-unpublishable", action="store_true",
+                   help="serve adapters that did not pass their gate (marked as such)")  # fmt: skip
+
+
+def _status(state_dir: Path) -> int:
+    from local import platform
+    from local.trainer import read_status
+
+    state = platform.read_state(state_dir)
+    procs = state.get("processes", {})
+    if not procs:
+        print("not running (start with: make up)")
+        return 1
+    for name, p in procs.items():
+        alive = platform._alive(p["pid"]) and platform._healthy(p["health"])
+        print(f"{name:<9} pid {p['pid']:<7} {'up' if alive else 'DOWN'}  {p['health']}")
+    training = read_status(state_dir)
+    if training:
+        running = platform._alive(training["pid"]) and training.get("finished") is None
+        print(f"trainer   pid {training['pid']:<7} "
+              + ("training" if running else "finished" if training.get("finished")
+                 else "stopped before finishing"))  # fmt: skip
+        for name, st in training.get("adapters", {}).items():
+            detail = st.get("state", "?")
+            if detail == "training" and st.get("steps"):
+                detail += f" step {st.get('step', 0)}/{st['steps']}"
+            if st.get("online_at"):
+                took = st["online_at"] - training["started"]
+                detail += f" ({took:.0f} s after training began)"
+            if st.get("detail"):
+                detail += f": {st['detail']}"
+            if not running and st.get("state") in ("queued", "training", "evaluating"):
+                detail += " (interrupted; `make up` resumes)"
+            print(f"  {name:<24} {detail}")
+    return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -125,7 +183,8 @@ def _serve(args: argparse.Namespace) -> int:
         app = create_app(
             LocalGateway(routing_table=args.routing_table, endpoint_url=args.endpoint_url,
                          runtime_url=args.runtime_url, redis_url=args.redis_url,
-                         catalog_file=args.catalog, tenant=args.tenant, region=args.region)
+                         catalog_file=args.catalog, tenant=args.tenant, region=args.region,
+                         state_dir=args.state_dir)
         )  # fmt: skip
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

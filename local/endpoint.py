@@ -52,6 +52,8 @@ class AdapterComponent(BaseModel):
 class Components(BaseModel):
     model_config = ConfigDict(extra="forbid")
     adapters: list[AdapterComponent]
+    #: Components being made (their adapter still trains): SageMaker's "Creating" state.
+    pending: list[str] = Field(default_factory=list)
 
 
 @dataclass
@@ -78,14 +80,19 @@ class LocalEndpoint:
         self.runtime_url = runtime_url.rstrip("/")
         self.work_dir = work_dir
         self.components: dict[str, Component] = {}
+        self.pending: set[str] = set()
         self.lock = asyncio.Lock()
         self.client = httpx.AsyncClient(base_url=self.runtime_url, timeout=httpx.Timeout(120.0))
 
     # -- control plane ---------------------------------------------------------------------
 
-    async def declare(self, wanted: list[AdapterComponent]) -> list[dict[str, Any]]:
-        """Create, update and delete adapter components until they are exactly ``wanted``."""
+    async def declare(
+        self, wanted: list[AdapterComponent], pending: list[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Create, update and delete adapter components until they are exactly ``wanted``;
+        ``pending`` ones exist but are not in service yet."""
         async with self.lock:
+            self.pending = set(pending or ()) - {w.component for w in wanted}
             actions = []
             names = {w.component for w in wanted}
             for gone in sorted(set(self.components) - names):
@@ -161,6 +168,12 @@ class LocalEndpoint:
         headers = {k: v for k, v in request.headers.items() if k.lower() in _PASSED}
         if component == self.base_component:
             return headers, None
+        if component in self.pending:
+            return {}, sagemaker_error(
+                429, "ModelNotReadyException",
+                f"Inference Component {component} is not in service yet (its adapter is being "
+                "trained).",
+            )  # fmt: skip
         if component not in self.components:
             return {}, sagemaker_error(
                 400, "ValidationError",
@@ -235,6 +248,7 @@ class LocalEndpoint:
             "runtime": self.runtime_url,
             "components": [asdict(c) for c in sorted(self.components.values(),
                                                      key=lambda c: c.name)],
+            "pending": sorted(self.pending),
         }  # fmt: skip
 
 
@@ -260,7 +274,9 @@ def create_app(endpoint: LocalEndpoint) -> FastAPI:
 
     @app.put("/_local/components")
     async def declare(components: Components) -> Response:
-        return JSONResponse({"actions": await endpoint.declare(components.adapters)})
+        return JSONResponse(
+            {"actions": await endpoint.declare(components.adapters, components.pending)}
+        )
 
     @app.get("/_local/components")
     async def components() -> Response:

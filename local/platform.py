@@ -1,15 +1,17 @@
 """``python -m local up`` / ``down``: the whole system on one machine.
 
-``up`` is idempotent and incremental: the base is built once (cached by its recipe), adapters
-are trained only when their archive is missing or was trained with other settings, running
-processes are reused when they serve the same base, and the adapter components are declared
-to the local endpoint as the catalog lists them. Adding a catalog entry and running ``up``
-again therefore trains and registers just that adapter; the base keeps running.
+``up`` is idempotent and incremental: the base is built once (cached by its recipe), running
+processes are reused when they serve the same base, adapters whose archive is cached and passed
+its gate are declared to the local endpoint at once, and the others train in the background
+(``local.trainer``), one after another, each coming online as it passes its gate. So the
+platform (base, router, playground) answers within minutes of a first ``up``, and adding a
+catalog entry and running ``up`` again trains and registers just that adapter; the base keeps
+running.
 
 Processes (each its own session, logs under ``STATE/logs``): the runtime server (the
-container's model server), the local SageMaker endpoint, and the local API gateway with the
-router and the playground. Their pids and ports are in ``STATE/state.json``; ``down`` stops
-them.
+container's model server), the local SageMaker endpoint, the local API gateway with the router
+and the playground, and the trainer while it has work. Their pids and ports are in
+``STATE/state.json``; ``down`` stops them.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ class Options:
     redis_url: str | None = DEFAULT_REDIS_URL
     max_steps: int | None = None  # cap training steps (quick platforms for tests)
     tour: bool = True
+    #: Wait for the background trainer before the tour (tests; a user's ``up`` returns).
+    wait: bool = False
+    #: Serve adapters that did not pass their gate (the quick platform's small base cannot).
+    serve_unpublishable: bool = False
     log: Any = field(default=print)
 
     def url(self, port: int) -> str:
@@ -61,21 +67,34 @@ class PlatformError(RuntimeError):
 # -- artifacts -------------------------------------------------------------------------------
 
 
-def base_preset(dep: Deployment) -> str:
-    """The ``training.base`` preset that builds this environment's local base."""
+def base_dir(dep: Deployment, opts: Options) -> Path:
+    return opts.artifacts / "base" / dep.base_key
+
+
+def build_base(dep: Deployment, opts: Options) -> dict[str, Any]:
+    """Build or reuse the environment's local base; its ``base_manifest.json``."""
+    from training.base import build_local
+
     if dep.base.source != "local":
         raise PlatformError(
             f"environment {dep.env.name!r} serves {dep.base.model_id} from the hub; the local "
-            "platform runs only local bases (nothing can be downloaded here)"
+            "platform runs only local bases (nothing can be downloaded from a hub here)"
         )
-    preset = dep.base.model_id.removeprefix("local/qwen3-")
-    from training.base import PRESETS
-
-    if preset not in PRESETS:
+    directory = base_dir(dep, opts)
+    opts.log(f"[1/4] base model {dep.base.model_id}@{dep.base.revision}")
+    t0 = time.perf_counter()
+    try:
+        build_local(dep.base.model_id, directory, log=lambda m: opts.log(f"      {m}"))
+    except KeyError as exc:
+        raise PlatformError(str(exc.args[0])) from None
+    manifest = json.loads((directory / "base_manifest.json").read_text())
+    if (manifest["model_id"], manifest["revision"]) != (dep.base.model_id, dep.base.revision):
         raise PlatformError(
-            f"no local preset builds {dep.base.model_id} (known: {sorted(PRESETS)})"
+            f"{directory} holds {manifest['model_id']}@{manifest['revision']}, but the "
+            f"catalog's {dep.base_key} is {dep.base.model_id}@{dep.base.revision}"
         )
-    return preset
+    opts.log(f"      ready in {time.perf_counter() - t0:.1f} s")
+    return manifest
 
 
 def cached_adapter(dep: Deployment, name: str, out: Path, base_manifest: dict,
@@ -97,58 +116,48 @@ def cached_adapter(dep: Deployment, name: str, out: Path, base_manifest: dict,
         return "trained on another base"
     from training.train import recorded_hyperparameters
 
-    if m.get("hyperparameters") != recorded_hyperparameters(entry.profile(), max_steps):
+    if m.get("hyperparameters") != recorded_hyperparameters(dep.adapter(name).profile, max_steps):
         return "hyperparameters changed"
+    if "publishable" not in (m.get("eval") or {}):
+        return "evaluated by an older gate"
     return None
 
 
-def build_artifacts(dep: Deployment, opts: Options) -> tuple[Path, dict[str, Path]]:
+@dataclass
+class AdapterPlan:
+    """Which adapters serve now, which train, and which stay off (their gate failed)."""
+
+    ready: dict[str, Path] = field(default_factory=dict)
+    todo: list[tuple[str, str]] = field(default_factory=list)
+    held: dict[str, str] = field(default_factory=dict)
+
+
+def plan_adapters(dep: Deployment, opts: Options, base_manifest: dict) -> AdapterPlan:
+    out = opts.artifacts / "adapters"
+    plan = AdapterPlan()
+    for a in dep.adapters:
+        why = cached_adapter(dep, a.name, out, base_manifest, opts.max_steps)
+        if why is not None:
+            plan.todo.append((a.name, why))
+            continue
+        ev = json.loads((out / a.name / "manifest.json").read_text())["eval"]
+        if ev["publishable"] or opts.serve_unpublishable:
+            plan.ready[a.name] = out / f"{a.name}.tar.gz"
+        else:
+            plan.held[a.name] = "not publishable: " + "; ".join(ev.get("failures") or [])
+    return plan
+
+
+def quiet_libraries() -> None:
+    """Progress here is one line per step of the platform; the libraries' bars and deprecation
+    notices (about arguments TRL passes, not ours) would bury it."""
     import datasets as hf_datasets
     import transformers
 
-    from training.base import build_base
-    from training.train import train
-
-    # Progress here is one line per step of the platform; the libraries' bars and deprecation
-    # notices (about arguments TRL passes, not ours) would bury it.
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
     hf_datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
-    log = opts.log
-    preset = base_preset(dep)
-    base_dir = opts.artifacts / "base" / dep.base_key
-    log(f"[1/4] base model {dep.base.model_id}@{dep.base.revision} (preset {preset})")
-    t0 = time.perf_counter()
-    build_base(base_dir, preset=preset, log=lambda m: log(f"      {m}"))
-    base_manifest = json.loads((base_dir / "base_manifest.json").read_text())
-    if (base_manifest["model_id"], base_manifest["revision"]) != (
-        dep.base.model_id, dep.base.revision
-    ):  # fmt: skip
-        raise PlatformError(
-            f"{base_dir} holds {base_manifest['model_id']}@{base_manifest['revision']}, but the "
-            f"catalog's {dep.base_key} is {dep.base.model_id}@{dep.base.revision}"
-        )
-    log(f"      ready in {time.perf_counter() - t0:.1f} s")
-
-    out = opts.artifacts / "adapters"
-    out.mkdir(parents=True, exist_ok=True)
-    todo = []
-    for a in dep.adapters:
-        why = cached_adapter(dep, a.name, out, base_manifest, opts.max_steps)
-        if why is not None:
-            todo.append((a.name, why))
-    log(f"[2/4] adapters: {len(dep.adapters) - len(todo)} cached, {len(todo)} to train")
-    for i, (name, why) in enumerate(todo, 1):
-        log(f"      ({i}/{len(todo)}) {name}: {why}")
-        res = train(name, env=dep.env.name, base_dir=base_dir, out_dir=out,
-                    max_steps=opts.max_steps, catalog=opts.catalog,
-                    environments_dir=opts.environments_dir,
-                    log=lambda m: log(f"        {m}"))  # fmt: skip
-        if not res.manifest["eval"]["beats_base"]:
-            log(f"      ! {name} does not beat its base on held-out data (served anyway here; "
-                "training.publish would refuse it)")  # fmt: skip
-    return base_dir, {a.name: out / f"{a.name}.tar.gz" for a in dep.adapters}
 
 
 # -- processes -------------------------------------------------------------------------------
@@ -285,6 +294,7 @@ def start_services(dep: Deployment, base_dir: Path, opts: Options) -> dict[str, 
                      str(opts.gateway_port), "--endpoint-url", endpoint_url,
                      "--runtime-url", runtime_url, "--routing-table", str(routing),
                      "--catalog", str(opts.catalog), "--region", dep.env.region,
+                     "--state-dir", str(state_dir),
                      *(["--redis-url", opts.redis_url] if opts.redis_url else [])],
          {**base_env, **fingerprint["router_env"]}, f"{gateway_url}/health"),
     ]  # fmt: skip
@@ -301,7 +311,9 @@ def start_services(dep: Deployment, base_dir: Path, opts: Options) -> dict[str, 
 def stop(state_dir: Path, log=print, timeout_s: float = 10.0) -> int:
     """Stop every process ``up`` started; the number stopped."""
     state = read_state(state_dir)
-    procs = state.get("processes", {})
+    procs = dict(state.get("processes", {}))
+    if state.get("trainer"):
+        procs = {"trainer": state["trainer"], **procs}
     stopped = 0
     for name, p in reversed(list(procs.items())):
         pid = p["pid"]
@@ -340,22 +352,86 @@ def write_routing_table(dep: Deployment, state_dir: Path) -> Path:
     return path
 
 
-def declare_components(dep: Deployment, artifacts: dict[str, Path], opts: Options,
-                       endpoint_url: str, gateway_url: str) -> list[dict[str, Any]]:  # fmt: skip
-    """Tell the endpoint which adapter components exist and point the router at the table."""
+def declare_components(dep: Deployment, plan: AdapterPlan, opts: Options,
+                       flush: list[str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Tell the endpoint which adapter components serve (the ready ones) and which are still
+    being made (the ones training: SageMaker's "Creating", answered as not ready yet), then
+    point the router at the table and drop cached answers of adapters that changed."""
     write_routing_table(dep, opts.state_dir)
-    wanted = [{"component": a.component_name, "artifact": str(artifacts[a.name])}
-              for a in dep.adapters]  # fmt: skip
-    resp = httpx.put(f"{endpoint_url}/_local/components", json={"adapters": wanted},
-                     timeout=300.0)  # fmt: skip
+    components = {a.name: a.component_name for a in dep.adapters}
+    wanted = [{"component": components[n], "artifact": str(path)}
+              for n, path in plan.ready.items()]  # fmt: skip
+    pending = [components[n] for n, _ in plan.todo]
+    resp = httpx.put(f"{opts.url(opts.endpoint_port)}/_local/components",
+                     json={"adapters": wanted, "pending": pending}, timeout=300.0)  # fmt: skip
     resp.raise_for_status()
     actions = resp.json()["actions"]
-    by_component = {a.component_name: a.name for a in dep.adapters}
+    by_component = {c: n for n, c in components.items()}
     changed = [by_component.get(x["component"], x["component"]) for x in actions
                if x["action"] in ("created", "updated", "deleted")]  # fmt: skip
-    httpx.post(f"{gateway_url}/_local/reload", json={"flush": changed},
+    flushed = sorted({*changed, *(flush or [])})
+    httpx.post(f"{opts.url(opts.gateway_port)}/_local/reload", json={"flush": flushed},
                timeout=30.0).raise_for_status()  # fmt: skip
     return actions
+
+
+def declare_ready(opts: Options) -> list[dict[str, Any]]:
+    """Declare what is ready now (the trainer calls this after each adapter comes online)."""
+    dep = load_deployment(opts.env, opts.catalog, opts.environments_dir)
+    manifest = json.loads((base_dir(dep, opts) / "base_manifest.json").read_text())
+    return declare_components(dep, plan_adapters(dep, opts, manifest), opts)
+
+
+# -- the background trainer ------------------------------------------------------------------
+
+
+def trainer_command(opts: Options, todo: list[str]) -> list[str]:
+    cmd = [sys.executable, "-m", "local", "trainer", "--env", opts.env,
+           "--catalog", str(opts.catalog), "--environments-dir", str(opts.environments_dir),
+           "--state-dir", str(opts.state_dir), "--artifacts", str(opts.artifacts),
+           "--gateway-port", str(opts.gateway_port), "--endpoint-port", str(opts.endpoint_port),
+           "--runtime-port", str(opts.runtime_port)]  # fmt: skip
+    if opts.max_steps is not None:
+        cmd += ["--max-steps", str(opts.max_steps)]
+    if opts.serve_unpublishable:
+        cmd.append("--serve-unpublishable")
+    return [*cmd, *todo]
+
+
+def start_trainer(opts: Options, todo: list[str]) -> int | None:
+    """Start the background trainer for ``todo`` unless one already runs; its pid."""
+    state = read_state(opts.state_dir)
+    running = state.get("trainer")
+    if running and _alive(running["pid"]):
+        opts.log(f"      the trainer (pid {running['pid']}) is already training "
+                 f"{', '.join(running.get('adapters', []))}")  # fmt: skip
+        return running["pid"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1"}  # fmt: skip
+    proc = _spawn("trainer", trainer_command(opts, todo), env, opts.state_dir)
+    state["trainer"] = {"pid": proc.pid, "adapters": todo, "health": None}
+    _write_state(opts.state_dir, state)
+    return proc.pid
+
+
+def wait_for_trainer(opts: Options, pid: int, poll_s: float = 2.0) -> None:
+    """Follow the trainer's progress until it exits (``--wait``)."""
+    from local.trainer import read_status
+
+    shown: dict[str, str] = {}
+    while True:
+        status = read_status(opts.state_dir).get("adapters", {})
+        for name, st in status.items():
+            line = st.get("state", "?")
+            if line == "training" and st.get("steps"):
+                line += f" {st.get('step', 0)}/{st['steps']}"
+            if shown.get(name) != line:
+                shown[name] = line
+                opts.log(f"      {name}: {line}")
+        _reap(pid)  # the trainer is this process's child: an exited one lingers until reaped
+        if not _alive(pid):
+            break
+        time.sleep(poll_s)
 
 
 # -- the tour --------------------------------------------------------------------------------
@@ -366,42 +442,49 @@ def _shorten(text: str | None, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def tour(dep: Deployment, gateway_url: str, log=print, max_new_tokens: int = 48) -> list[dict]:
-    """One request per adapter through the gateway, then one repeat to show a cache hit."""
-    from config import TASK_PROFILES
+def tour(dep: Deployment, gateway_url: str, log=print, max_new_tokens: int = 64,
+         only: set[str] | None = None) -> list[dict]:  # fmt: skip
+    """One request per serving adapter through the gateway, then one repeat to show a cache
+    hit. Each sends a test-split input (never seen in training) as plain ``inputs``, the seed
+    article's request form (the runtime gives it the chat shape the adapter was trained on),
+    and shows whether the output kept the input's facts (and, for PII, leaked nothing)."""
     from training import datasets
 
+    adapters = [a for a in dep.adapters if only is None or a.name in only]
+    samples = {a.name: datasets.load(a.entry.dataset or a.entry.task, a.entry.dataset_seed).test[0]
+               for a in adapters}  # fmt: skip
     rows = []
     with httpx.Client(base_url=gateway_url, timeout=120.0) as client:
-        for a in dep.adapters:
-            task = a.entry.task
-            sample = datasets.load(a.entry.dataset or task, a.entry.dataset_seed).held_out[0].raw
-            body = request_body(TASK_PROFILES[task].instruction, sample, max_new_tokens)
-            t0 = time.perf_counter()
-            resp = client.post(f"/v1/adapters/{a.name}/generate", json=body)
-            ms = (time.perf_counter() - t0) * 1000
-            answer = resp.json()
-            rows.append({"adapter": a.name, "status": resp.status_code, "ms": ms,
-                         "cache": answer.get("cache", "-"), "input": sample,
-                         "output": answer.get("output", answer.get("error"))})  # fmt: skip
-        if dep.adapters:
-            first = dep.adapters[0]
-            sample = rows[0]["input"]
-            body = request_body(TASK_PROFILES[first.entry.task].instruction, sample,
-                                max_new_tokens)  # fmt: skip
-            t0 = time.perf_counter()
-            resp = client.post(f"/v1/adapters/{first.name}/generate", json=body)
-            answer = resp.json()
-            rows.append({"adapter": f"{first.name} (again)", "status": resp.status_code,
-                         "ms": (time.perf_counter() - t0) * 1000,
-                         "cache": answer.get("cache", "-"), "input": sample,
-                         "output": answer.get("output", answer.get("error"))})  # fmt: skip
+        for label, a in [(a.name, a) for a in adapters] + (
+            [(f"{adapters[0].name} (again)", adapters[0])] if adapters else []
+        ):
+            rows.append(_tour_row(client, label, a.name, samples[a.name], max_new_tokens))
     width = max(len(r["adapter"]) for r in rows) if rows else 10
-    log(f"  {'adapter':<{width}}  status  latency   cache   input -> output")
+    log(f"  {'adapter':<{width}}  status  latency   cache   facts  input -> output")
     for r in rows:
+        shown = f"{_shorten(r['input'], 34)!r} -> {_shorten(r['output'])!r}"
         log(f"  {r['adapter']:<{width}}  {r['status']:<6}  {r['ms']:>6.0f} ms {r['cache']:<7} "
-            f"{_shorten(r['input'], 34)!r} -> {_shorten(r['output'])!r}")  # fmt: skip
+            f"{r['facts']:<6} {shown}")  # fmt: skip
     return rows
+
+
+def _tour_row(client: httpx.Client, label: str, adapter: str, sample: Any,
+              max_new_tokens: int) -> dict[str, Any]:  # fmt: skip
+    from training.metrics import faithfulness, pii_example
+
+    body = {"inputs": sample.raw,
+            "parameters": {"max_new_tokens": max_new_tokens, "do_sample": False}}  # fmt: skip
+    t0 = time.perf_counter()
+    resp = client.post(f"/v1/adapters/{adapter}/generate", json=body)
+    ms = (time.perf_counter() - t0) * 1000
+    answer = resp.json()
+    output = answer.get("output", answer.get("error")) or ""
+    facts = f"{round(faithfulness(output, sample.facts) * len(sample.facts))}/{len(sample.facts)}"
+    if sample.category == "pii_redaction":
+        leak, _ = pii_example(output, sample.label, json.loads(sample.note))
+        facts = "leak" if leak else "no leak"
+    return {"adapter": label, "status": resp.status_code, "ms": ms, "facts": facts,
+            "cache": answer.get("cache", "-"), "input": sample.raw, "output": output}  # fmt: skip
 
 
 def request_body(instruction: str, text: str, max_new_tokens: int) -> dict[str, Any]:
@@ -421,30 +504,53 @@ def up(opts: Options) -> dict[str, Any]:
     dep = load_deployment(opts.env, opts.catalog, opts.environments_dir)
     log(f"lora-fleet local platform: environment {dep.env.name!r}, {len(dep.adapters)} adapters, "
         f"catalog {opts.catalog}")  # fmt: skip
-    base_dir, artifacts = build_artifacts(dep, opts)
-    state = start_services(dep, base_dir, opts)
+    quiet_libraries()
+    base_manifest = build_base(dep, opts)
+    plan = plan_adapters(dep, opts, base_manifest)
+    log(f"[2/4] adapters: {len(plan.ready)} ready, {len(plan.todo)} to train"
+        + (f", {len(plan.held)} not publishable (not served)" if plan.held else ""))  # fmt: skip
+    for name, why in plan.todo:
+        log(f"      {name}: {why}")
+    for name, why in plan.held.items():
+        log(f"      ! {name}: {why}")
+    state = start_services(dep, base_dir(dep, opts), opts)
     endpoint_url, gateway_url = opts.url(opts.endpoint_port), opts.url(opts.gateway_port)
-    actions = declare_components(dep, artifacts, opts, endpoint_url, gateway_url)
+    actions = declare_components(dep, plan, opts)
     counts: dict[str, int] = {}
     for x in actions:
         counts[x["action"]] = counts.get(x["action"], 0) + 1
     log("[4/4] adapter components on " + dep.endpoint_name + ": "
-        + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))  # fmt: skip
+        + (", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none yet"))  # fmt: skip
     for x in actions:
         if x["action"] in ("failed", "registration-failed"):
             log(f"      ! {x['component']}: {x.get('detail')}")
     cache = httpx.get(f"{gateway_url}/local/status", timeout=10.0).json().get("cache")
+    ready_s = time.perf_counter() - t0
     log("")
     log(f"  playground        {gateway_url}/")
     log(f"  router (gateway)  {gateway_url}/v1/adapters/NAME/generate")
+    log(f"  OpenAI API        {gateway_url}/v1/chat/completions  (model = adapter name)")
     log(f"  SageMaker runtime {endpoint_url}/endpoints/{dep.endpoint_name}/invocations")
     log(f"  model server      {opts.url(opts.runtime_port)}  (/adapters, /metrics, /trace)")
     log(f"  response cache    {cache}")
     log(f"  logs              {opts.state_dir / 'logs'}   stop with: make down")
+    log(f"\nplatform ready in {ready_s:.0f} s")
+    trainer = None
+    if plan.todo:
+        names = [n for n, _ in plan.todo]
+        trainer = start_trainer(opts, names)
+        log(f"training in the background (pid {trainer}): {', '.join(names)}; each comes "
+            "online when it passes its gate. Progress: `python -m local status`, the playground, "
+            f"{opts.state_dir / 'logs' / 'trainer.log'}")  # fmt: skip
+        if opts.wait:
+            wait_for_trainer(opts, trainer)
+            plan = plan_adapters(dep, opts, base_manifest)
     rows = []
-    if opts.tour:
+    if opts.tour and plan.ready:
         log("")
-        log("tour: one request per adapter through the router (deterministic, so cacheable)")
-        rows = tour(dep, gateway_url, log=log)
+        log("tour: one request per serving adapter through the router (deterministic, cacheable)")
+        rows = tour(dep, gateway_url, log=log, only=set(plan.ready))
     log(f"\nready in {time.perf_counter() - t0:.0f} s")
-    return {"state": state, "actions": actions, "tour": rows, "cache": cache}
+    return {"state": state, "actions": actions, "tour": rows, "cache": cache,
+            "ready_seconds": round(ready_s, 1), "training": [n for n, _ in plan.todo],
+            "held": plan.held}  # fmt: skip

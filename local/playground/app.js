@@ -37,7 +37,7 @@ async function loadCatalog() {
     list.append(el("div", { class: "task-group" }, task.replaceAll("_", " ")));
     for (const a of adapters) {
       list.append(el("button", { class: "adapter-card", "data-name": a.name, role: "option", onclick: () => select(a.name) },
-        el("div", { class: "name" }, a.name),
+        el("div", { class: "name" }, a.name, el("span", { class: "avail", "data-avail": a.name }, "")),
         el("div", { class: "meta" }, `${lora(a)} · v${a.version}`),
         el("div", { class: "desc" }, a.description || "")));
     }
@@ -141,6 +141,20 @@ async function refreshStatus() {
   $("st-tiers").innerHTML = `adapters device <b>${tiers.device ?? 0}/${s.max_loras}</b> · host <b>${tiers.host ?? 0}</b> · disk <b>${tiers.disk ?? 0}</b>`;
   $("st-mem").innerHTML = `device mem <b>${mb(mem.device_used_bytes)}</b> · host rss <b>${mb(mem.host_rss_bytes)}</b>`;
   $("st-cache").innerHTML = `cache <b>${s.cache}</b>`;
+  showAvailability(s.availability || {});
+}
+
+// Each adapter's state: online, or what the background trainer says (queued, training with its
+// step, evaluating, not publishable, failed).
+function showAvailability(availability) {
+  for (const node of document.querySelectorAll("[data-avail]")) {
+    const st = availability[node.dataset.avail] || { state: "offline" };
+    let text = st.state;
+    if (st.state === "training" && st.steps) text += ` ${st.step || 0}/${st.steps}`;
+    node.textContent = text;
+    node.className = "avail " + st.state.replaceAll(" ", "-");
+    node.title = st.detail || "";
+  }
 }
 
 function describe(e) {

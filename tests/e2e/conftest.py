@@ -28,7 +28,7 @@ REDIS_URL = "redis://127.0.0.1:6379/14"
 TINY_BASE = {
     "model_id": "local/qwen3-tiny",
     "source": "local",
-    "revision": "recipe-1",
+    "revision": "recipe-2",
     "dtype": "float32",
     "quantization": "none",
     "max_lora_rank": 64,
@@ -74,7 +74,9 @@ class Platform:
              "--artifacts", str(self.artifacts), "--max-steps", MAX_STEPS,
              "--gateway-port", str(self.ports["gateway"]),
              "--endpoint-port", str(self.ports["endpoint"]),
-             "--runtime-port", str(self.ports["runtime"]), "--redis-url", REDIS_URL, *extra],
+             "--runtime-port", str(self.ports["runtime"]), "--redis-url", REDIS_URL,
+             # The tiny base cannot pass the gate; the tests need every adapter served.
+             "--wait", "--serve-unpublishable", *extra],
             cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
         )  # fmt: skip
 
@@ -98,6 +100,8 @@ def platform(tmp_path_factory: pytest.TempPathFactory):
     catalog["base_models"]["qwen3-tiny"] = copy.deepcopy(TINY_BASE)
     env = yaml.safe_load((ENVIRONMENTS_DIR / "local.yaml").read_text())
     env.update(prefix="lora-e2e", base="qwen3-tiny", base_overrides={"qwen3-4b": "qwen3-tiny"})
+    # Long enough generations for the streaming tests to cut one short.
+    env.setdefault("router", {})["max_new_tokens_cap"] = 1000
     (root / "environments").mkdir()
     (root / "environments" / "local.yaml").write_text(yaml.safe_dump(env))
     (root / "adapters.yaml").write_text(yaml.safe_dump(catalog, sort_keys=False))

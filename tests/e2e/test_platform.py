@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import time
 import uuid
 
@@ -27,7 +29,11 @@ def test_up_prints_the_urls_and_a_tour_of_every_adapter(platform) -> None:
     dep = _deployment(platform)
     assert f"playground        {platform.gateway}/" in out
     assert "response cache    redis" in out or "response cache    in-process" in out
-    assert "tour: one request per adapter" in out
+    assert "tour: one request per serving adapter" in out
+    # The platform answered before the adapters trained; they came online one by one after.
+    assert out.index("platform ready in") < out.index("training in the background")
+    for a in dep.adapters:
+        assert f"{a.name}: online" in out, a.name
     rows = {line.split()[0]: line for line in out.splitlines()
             if line.startswith("  ") and len(line.split()) > 3 and "(again)" not in line}  # fmt: skip
     for a in dep.adapters:
@@ -108,9 +114,15 @@ def test_a_new_catalog_entry_is_served_without_restarting_the_base(platform) -> 
     platform.write_catalog(data)
     again = platform.up("--no-tour")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert "1 to train" in again.stdout and "(1/1) claims-summary" in again.stdout
+    assert (
+        "7 ready, 1 to train" in again.stdout and "claims-summary: no artifact yet" in again.stdout
+    )
     assert "reusing the running platform" in again.stdout
-    assert "1 created" in again.stdout and "7 unchanged" in again.stdout
+    assert "7 unchanged" in again.stdout  # the new one is declared once trained
+    assert "claims-summary: online" in again.stdout
+    status = subprocess.run([sys.executable, "-m", "local", "status", "--state-dir", str(platform.state)],
+                            capture_output=True, text=True, check=False, cwd=platform.root)  # fmt: skip
+    assert "claims-summary" in status.stdout and "online" in status.stdout, status.stdout
     assert read_state(platform.state)["processes"]["runtime"]["pid"] == runtime_pid
     base_loads = [e for e in httpx.get(f"{platform.runtime}/trace?limit=1000").json()["events"]
                   if e["event"] == "base_load"]  # fmt: skip

@@ -1,0 +1,112 @@
+"""The local platform's background trainer: adapters train one after another while the platform
+serves, and each comes online as soon as it passes its gate.
+
+``python -m local up`` starts it (``python -m local trainer ...``) when adapters are missing or
+stale, then returns: the base, the router and the playground serve at once, and a first
+``make up`` does not wait an hour for seven CPU trainings. Progress is a JSON file,
+``STATE/training.json``, which ``python -m local status`` and the playground read:
+
+    {"pid": 123, "adapters": {"sales-json": {"state": "training", "step": 10, "steps": 25,
+     ...}}}
+
+States: ``queued`` -> ``training`` -> ``evaluating`` -> ``online`` (declared to the endpoint),
+or ``not publishable`` (its gate failed: it is not served unless the platform was started with
+``--serve-unpublishable``), or ``failed`` (training raised; the detail says why).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+STATUS_FILE = "training.json"
+_STEP = re.compile(r"step (\d+)/(\d+)")
+
+
+def read_status(state_dir: Path) -> dict[str, Any]:
+    path = state_dir / STATUS_FILE
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+class Status:
+    """``training.json``, rewritten whole (write then rename) at every change."""
+
+    def __init__(self, state_dir: Path, queued: list[str]) -> None:
+        self.path = state_dir / STATUS_FILE
+        self.data: dict[str, Any] = {
+            "pid": os.getpid(), "started": round(time.time(), 3), "finished": None,
+            "adapters": {n: {"state": "queued"} for n in queued},
+        }  # fmt: skip
+        self._write()
+
+    def set(self, name: str, **fields: Any) -> None:
+        self.data["adapters"].setdefault(name, {}).update(fields)
+        self._write()
+
+    def done(self) -> None:
+        self.data["finished"] = round(time.time(), 3)
+        self._write()
+
+    def _write(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1) + "\n")
+        tmp.replace(self.path)
+
+
+def run(opts: Any, todo: list[str], declare: Any, log=print) -> int:
+    """Train ``todo`` in order; after each adapter that may be served, ``declare()`` the
+    components again (the endpoint then registers it and the router's cache drops its keys).
+    Returns the number that could not be brought online."""
+    from config import load_deployment
+    from training.train import train
+
+    status = Status(opts.state_dir, todo)
+    dep = load_deployment(opts.env, opts.catalog, opts.environments_dir)
+    base_dir = opts.artifacts / "base" / dep.base_key
+    out = opts.artifacts / "adapters"
+    out.mkdir(parents=True, exist_ok=True)
+    offline = 0
+    for name in todo:
+        t0 = time.time()
+        status.set(name, state="training", started=round(t0, 3), step=0)
+
+        def progress(line: str, name: str = name) -> None:
+            log(f"[{name}] {line}" if not line.startswith("[") else line)
+            m = _STEP.search(line)
+            if m:
+                status.set(name, step=int(m[1]), steps=int(m[2]))
+            elif "evaluating" in line:
+                status.set(name, state="evaluating")
+
+        try:
+            res = train(name, env=dep.env.name, base_dir=base_dir, out_dir=out,
+                        max_steps=opts.max_steps, catalog=opts.catalog,
+                        environments_dir=opts.environments_dir, log=progress)  # fmt: skip
+        except Exception as exc:
+            log(traceback.format_exc())
+            status.set(name, state="failed", detail=f"{type(exc).__name__}: {exc}"[:500],
+                       seconds=round(time.time() - t0, 1))  # fmt: skip
+            offline += 1
+            continue
+        ev = res.manifest["eval"]
+        summary = {"score": ev["adapter"]["score"], "base_score": ev["base"]["score"],
+                   "ci_low": ev["bootstrap"]["ci_low"], "metric": ev["metric"],
+                   "seconds": round(res.seconds, 1)}  # fmt: skip
+        if not ev["publishable"] and not opts.serve_unpublishable:
+            status.set(name, state="not publishable", detail="; ".join(ev["failures"]), **summary)
+            offline += 1
+            continue
+        declare()
+        status.set(name, state="online", online_at=round(time.time(), 3),
+                   publishable=bool(ev["publishable"]), **summary)  # fmt: skip
+        log(f"[{name}] online after {time.time() - t0:.0f} s")
+    status.done()
+    return offline

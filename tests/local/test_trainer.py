@@ -1,0 +1,94 @@
+"""The background trainer and the plan ``up`` makes: adapters train one after another, each is
+declared as soon as it passes its gate, one that fails its gate is held back (not served), and
+progress is a status file the playground and ``python -m local status`` read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from local import trainer
+from local.platform import Options, plan_adapters
+
+
+def _verdict(publishable: bool) -> dict:
+    return {"metric": "chrf", "publishable": publishable, "beats_base": publishable,
+            "failures": [] if publishable else ["faithfulness 0.500 is below 0.8"],
+            "adapter": {"score": 50.0}, "base": {"score": 10.0},
+            "bootstrap": {"ci_low": 20.0 if publishable else -1.0}}  # fmt: skip
+
+
+@pytest.fixture
+def opts(tmp_path: Path) -> Options:
+    state = tmp_path / "state"
+    state.mkdir()
+    return Options(env="local-quick", state_dir=state, artifacts=tmp_path / "artifacts",
+                   log=lambda _m: None)  # fmt: skip
+
+
+def test_adapters_train_in_order_and_only_publishable_ones_come_online(opts, monkeypatch) -> None:
+    seen_states: list[dict] = []
+    declared: list[str] = []
+    verdicts = {"sales-json": True, "style-formal": False, "pii-redaction": True}
+
+    def fake_train(name, **kw):
+        kw["log"](f"[{name}] step 10/20 eval_loss 0.5")
+        seen_states.append(json.loads((opts.state_dir / trainer.STATUS_FILE).read_text()))
+        kw["log"](f"[{name}] evaluating the adapter on 64 test examples")
+        return SimpleNamespace(manifest={"eval": _verdict(verdicts[name])}, seconds=1.0)
+
+    monkeypatch.setattr("training.train.train", fake_train)
+    names = list(verdicts)
+    offline = trainer.run(opts, names, declare=lambda: declared.append("x"), log=lambda _m: None)
+    assert offline == 1 and len(declared) == 2, "declared after each publishable adapter only"
+    first = seen_states[0]["adapters"]
+    assert first["sales-json"] == {"state": "training", "started": first["sales-json"]["started"],
+                                   "step": 10, "steps": 20}  # fmt: skip
+    assert first["style-formal"] == {"state": "queued"}
+    final = trainer.read_status(opts.state_dir)
+    assert final["finished"] is not None
+    states = {n: a["state"] for n, a in final["adapters"].items()}
+    assert states == {"sales-json": "online", "style-formal": "not publishable",
+                      "pii-redaction": "online"}  # fmt: skip
+    assert "faithfulness" in final["adapters"]["style-formal"]["detail"]
+
+
+def test_a_failing_training_is_reported_and_the_rest_go_on(opts, monkeypatch) -> None:
+    def fake_train(name, **kw):
+        if name == "sales-json":
+            raise RuntimeError("out of memory")
+        return SimpleNamespace(manifest={"eval": _verdict(True)}, seconds=1.0)
+
+    monkeypatch.setattr("training.train.train", fake_train)
+    declared = []
+    trainer.run(opts, ["sales-json", "pii-redaction"], declare=lambda: declared.append(1),
+                log=lambda _m: None)  # fmt: skip
+    final = trainer.read_status(opts.state_dir)["adapters"]
+    assert (
+        final["sales-json"]["state"] == "failed"
+        and "out of memory" in final["sales-json"]["detail"]
+    )
+    assert final["pii-redaction"]["state"] == "online" and declared == [1]
+
+
+def test_the_plan_holds_back_a_cached_adapter_that_failed_its_gate(opts, monkeypatch) -> None:
+    from config import load_deployment
+
+    dep = load_deployment("local-quick")
+    out = opts.artifacts / "adapters"
+    for a in dep.adapters[:2]:
+        (out / a.name).mkdir(parents=True)
+        (out / f"{a.name}.tar.gz").write_bytes(b"x")
+        publishable = a is dep.adapters[0]
+        (out / a.name / "manifest.json").write_text(json.dumps({"eval": _verdict(publishable)}))
+    monkeypatch.setattr("local.platform.cached_adapter", lambda dep, name, *a: (
+        None if name in {x.name for x in dep.adapters[:2]} else "no artifact yet"))  # fmt: skip
+    plan = plan_adapters(dep, opts, base_manifest={})
+    assert list(plan.ready) == [dep.adapters[0].name]
+    assert list(plan.held) == [dep.adapters[1].name] and "below" in plan.held[dep.adapters[1].name]
+    assert len(plan.todo) == len(dep.adapters) - 2
+    opts.serve_unpublishable = True
+    assert len(plan_adapters(dep, opts, base_manifest={}).ready) == 2
