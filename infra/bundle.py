@@ -30,6 +30,8 @@ BUILD = Path(os.environ.get("LORA_FLEET_BUILD_DIR", ROOT / "build"))
 PYTHON_VERSION = "3.14"
 PLATFORM = "manylinux2014_aarch64"
 ROUTING_TABLE_FILE = "routing_table.json"
+#: The function's handler: the script the Lambda Web Adapter runs (at the bundle's root).
+ENTRY_SCRIPT = SOURCE / "run.sh"
 
 
 class BundleError(RuntimeError):
@@ -89,7 +91,8 @@ def dependencies() -> Path:
 def router_bundle(routing_table: dict[str, Any]) -> tuple[Path, str]:
     """Directory holding the Lambda's code, and the asset hash that names it."""
     table = table_bytes(routing_table)
-    parts = [REQUIREMENTS.read_bytes(), PLATFORM.encode(), PYTHON_VERSION.encode(), table]
+    parts = [REQUIREMENTS.read_bytes(), PLATFORM.encode(), PYTHON_VERSION.encode(), table,
+             ENTRY_SCRIPT.read_bytes()]  # fmt: skip
     for path in _sources():
         parts += [path.name.encode(), path.read_bytes()]
     asset_hash = _digest(*parts)
@@ -105,6 +108,9 @@ def router_bundle(routing_table: dict[str, Any]) -> tuple[Path, str]:
     for path in _sources():
         shutil.copy2(path, package / path.name)
     (package / ROUTING_TABLE_FILE).write_bytes(table)
+    entry = staging / ENTRY_SCRIPT.name
+    shutil.copyfile(ENTRY_SCRIPT, entry)
+    entry.chmod(0o755)  # Lambda runs the handler script as it finds it in the zip
     try:
         staging.rename(out)
     except OSError:

@@ -3,6 +3,13 @@
 The function's code is the directory ``infra/bundle.py`` builds (no Docker); it ships the routing
 table generated from the catalog. Requests reach a ``live`` alias so provisioned concurrency,
 when an environment asks for it, keeps warm exactly the version the API calls.
+
+Answers stream. Every integration uses API Gateway's response transfer mode STREAM (the Lambda is
+invoked with ``InvokeWithResponseStream``; docs.aws.amazon.com/apigateway/latest/developerguide/
+response-transfer-mode-lambda.html), and the function runs AWS's Lambda Web Adapter in
+``response_stream`` mode in front of the router's web app (``lambda_proxy/web.py``), because
+Python's managed runtimes do not stream a response themselves. A buffered answer is then one
+piece of a stream; ``stream: true`` becomes server-sent events, no longer cut at 29 s.
 """
 
 from __future__ import annotations
@@ -25,6 +32,10 @@ from infra.lifecycle import removal_policy, retention
 from infra.nag import acknowledge, checkov_skip
 
 STAGE = "live"
+#: The port the router's web app listens on inside the function (the adapter's default).
+WEB_PORT = 8080
+#: awslabs/aws-lambda-web-adapter publishes its layers from this account.
+WEB_ADAPTER_ACCOUNT = "753240598075"
 _ACCOUNT_IN_ARN = re.compile(r"^arn:aws[a-z-]*:(?:iam|sts)::(\d{12}):")
 
 #: A coarse gateway-level check; the Lambda's pydantic schema is the precise one (bounds from
@@ -105,7 +116,10 @@ class Router(Construct):
             description=f"{env.prefix}: routes adapter requests to {dep.endpoint_name}",
             runtime=lambda_.Runtime.PYTHON_3_14,
             architecture=lambda_.Architecture.ARM_64,
-            handler="lambda_proxy.handler.handler",
+            # The Lambda Web Adapter (the layer, started by the exec wrapper) runs this script,
+            # which serves lambda_proxy.web with uvicorn; the adapter relays each invocation.
+            handler="run.sh",
+            layers=[web_adapter_layer(self, stack, r.web_adapter_layer_version)],
             code=lambda_.Code.from_asset(str(code_dir), asset_hash=code_hash,
                                          asset_hash_type=AssetHashType.CUSTOM),
             # Every permission the function needs is in the managed policy above; CDK's own
@@ -121,6 +135,10 @@ class Router(Construct):
             environment_encryption=key,
             reserved_concurrent_executions=r.reserved_concurrency,
             environment={
+                "AWS_LAMBDA_EXEC_WRAPPER": "/opt/bootstrap",
+                "AWS_LWA_INVOKE_MODE": "response_stream",
+                "AWS_LWA_PORT": str(WEB_PORT),
+                "AWS_LWA_READINESS_CHECK_PATH": "/_lwa/ready",
                 "POWERTOOLS_SERVICE_NAME": "lora-router",
                 "POWERTOOLS_METRICS_NAMESPACE": "LoraFleet",
                 "POWERTOOLS_LOG_LEVEL": "INFO",
@@ -128,6 +146,7 @@ class Router(Construct):
                 "REDIS_SECRET_ARN": cache_secret_arn,
                 "CACHE_TTL_HOURS": str(env.cache.ttl_hours),
                 "INVOKE_DEADLINE_S": str(r.invoke_deadline_s),
+                "STREAM_DEADLINE_S": str(r.stream_deadline_s),
                 "MAX_NEW_TOKENS_CAP": str(r.max_new_tokens_cap),
                 "MAX_STOP_SEQUENCES": str(r.max_stop_sequences),
                 "MAX_BODY_BYTES": str(r.max_body_bytes),
@@ -230,8 +249,9 @@ class Router(Construct):
         model = self.api.add_model("GenerateRequest", content_type="application/json",
                                    schema=REQUEST_SCHEMA)  # fmt: skip
         integration = apigw.LambdaIntegration(
-            self.alias, proxy=True, timeout=Duration.seconds(r.gateway_timeout_s)
-        )
+            self.alias, proxy=True, timeout=Duration.seconds(r.gateway_timeout_s),
+            response_transfer_mode=apigw.ResponseTransferMode.STREAM,
+        )  # fmt: skip
         self.api.root.add_resource("health").add_method(
             "GET", integration, request_validator=validator
         )
@@ -278,6 +298,16 @@ class Router(Construct):
                 )
             ],
         )
+
+
+def web_adapter_layer(scope: Construct, stack: Stack, version: int) -> lambda_.ILayerVersion:
+    """AWS's Lambda Web Adapter for arm64, in the function's region."""
+    arn = stack.format_arn(
+        service="lambda", account=WEB_ADAPTER_ACCOUNT, resource="layer",
+        resource_name=f"LambdaAdapterLayerArm64:{version}",
+        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    )  # fmt: skip
+    return lambda_.LayerVersion.from_layer_version_arn(scope, "WebAdapter", arn)
 
 
 def web_acl(scope: Construct, prefix: str, rate_limit: int) -> wafv2.CfnWebACL:

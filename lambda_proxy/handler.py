@@ -39,8 +39,15 @@ class Dependencies:
     cache: ResponseCache
     client: Any
     quotas: Quotas | None = None
+    #: The client streams are read with: its read timeout is the stream's deadline, since a
+    #: stream may wait longer than one buffered answer for its first token.
+    stream_client: Any = None
 
     def __post_init__(self) -> None:
+        if self.stream_client is None:
+            s = self.settings
+            self.stream_client = make_client(s.sagemaker_endpoint_url, s.region,
+                                             s.stream_deadline_s)  # fmt: skip
         if self.quotas is None:
             s = self.settings
             wide = None
@@ -218,6 +225,11 @@ def generate(adapter: str) -> Response:
     req = _validate(data)
     if isinstance(req, Failure):
         return req.native()
+    if req.stream:
+        # Streams are answered by the function's web app (lambda_proxy.web), which sees the
+        # flag before this handler; an event that reaches here cannot be streamed back.
+        return Failure(400, "stream: true needs the streaming router (lambda_proxy.web)",
+                       code="StreamingUnavailable").native()  # fmt: skip
     out = serve(adapter, *auth, req, t0)
     if isinstance(out, Failure):
         return out.native()
@@ -225,13 +237,25 @@ def generate(adapter: str) -> Response:
                     body=json.dumps(out))  # fmt: skip
 
 
-def serve(
-    adapter: str, caller: Caller, route: dict[str, Any], req: GenerateRequest, t0: float
-) -> dict[str, Any] | Failure:
-    """Quota, cache, SageMaker: the native answer, or why not. Both APIs come through here."""
+@dataclass
+class Prepared:
+    """A request that passed its quota: what goes to SageMaker and its cache key."""
+
+    adapter: str
+    version: str
+    component: str
+    payload: dict[str, Any]
+    key: str
+    cacheable: bool
+
+
+def prepare(
+    adapter: str, caller: Caller, route: dict[str, Any], req: GenerateRequest
+) -> Prepared | Failure:
+    """The quota check, the SageMaker payload and the cache key: the part of serving that the
+    buffered and the streamed answers share."""
     d = deps()
-    s = d.settings
-    table = s.routing_table
+    table = d.settings.routing_table
     who = caller.tenant or caller.arn
     quota = d.quotas.check(who, adapter, req.parameters.max_new_tokens,  # type: ignore[union-attr]
                            Limits.of(route.get("quota")))  # fmt: skip
@@ -242,7 +266,6 @@ def serve(
         return Failure(429, f"quota exceeded ({quota.limit}); retry in {quota.retry_after_s} s",
                        code="QuotaExceeded",
                        headers={"Retry-After": str(quota.retry_after_s)})  # fmt: skip
-
     payload: dict[str, Any] = {"parameters": req.parameters.model_dump(exclude_none=True)}
     if req.inputs is not None:
         payload["inputs"] = req.inputs
@@ -255,29 +278,49 @@ def serve(
     mode = route.get("cache", "tenant")
     scope = "*" if mode == "shared" else who
     key = cache_key(adapter, version, str(table.get("base_revision", "")), payload, scope)
+    return Prepared(adapter, version, route["component"], payload, key,
+                    cacheable=req.parameters.deterministic and mode != "off")  # fmt: skip
 
-    cache_status = "bypass"
-    if req.parameters.deterministic and mode != "off":
-        try:
-            hit = d.cache.get(key)
-        except CacheUnavailableError as exc:
-            logger.warning("cache bypassed", extra={"reason": str(exc)})
-            metrics.add_metric(name="CacheError", unit=MetricUnit.Count, value=1)
-            hit = None
-            cache_status = "bypass"
-        else:
-            cache_status = "hit" if hit is not None else "miss"
-        if hit is not None:
-            metrics.add_metric(name="CacheHit", unit=MetricUnit.Count, value=1)
-            return _answer(adapter, version, hit, "hit", t0, model_ms=0.0)
-        if cache_status == "miss":
-            metrics.add_metric(name="CacheMiss", unit=MetricUnit.Count, value=1)
 
+def lookup(prep: Prepared) -> tuple[dict[str, Any] | None, str]:
+    """A cached answer, and the cache status: hit, miss, or bypass (not cacheable, or the
+    cache is down: a cache failure never fails a request)."""
+    if not prep.cacheable:
+        return None, "bypass"
+    try:
+        hit = deps().cache.get(prep.key)
+    except CacheUnavailableError as exc:
+        logger.warning("cache bypassed", extra={"reason": str(exc)})
+        metrics.add_metric(name="CacheError", unit=MetricUnit.Count, value=1)
+        return None, "bypass"
+    metrics.add_metric(name="CacheHit" if hit is not None else "CacheMiss",
+                       unit=MetricUnit.Count, value=1)  # fmt: skip
+    return hit, "hit" if hit is not None else "miss"
+
+
+def remember(prep: Prepared, status: str, result: dict[str, Any]) -> None:
+    """Cache a fresh answer when it is what the route names (see ``_served_as_routed``)."""
+    if status == "miss" and _served_as_routed(prep.adapter, prep.version, result):
+        deps().cache.put(prep.key, result)
+
+
+def serve(
+    adapter: str, caller: Caller, route: dict[str, Any], req: GenerateRequest, t0: float
+) -> dict[str, Any] | Failure:
+    """Quota, cache, SageMaker: the native answer, or why not. Both APIs come through here."""
+    d = deps()
+    s = d.settings
+    prep = prepare(adapter, caller, route, req)
+    if isinstance(prep, Failure):
+        return prep
+    hit, cache_status = lookup(prep)
+    if hit is not None:
+        return answer(adapter, prep.version, hit, "hit", t0, model_ms=0.0)
     t_model = time.perf_counter()
     try:
         with tracer.provider.in_subsegment("invoke_endpoint") as sub:
             sub.put_annotation(key="adapter", value=adapter)
-            result = invoke(d.client, table["endpoint"], route["component"], payload,
+            result = invoke(d.client, s.routing_table["endpoint"], prep.component, prep.payload,
                             deadline_s=s.invoke_deadline_s)  # fmt: skip
     except InvokeError as exc:
         metrics.add_metric(name=f"Error{exc.status}", unit=MetricUnit.Count, value=1)
@@ -285,9 +328,8 @@ def serve(
         return Failure(exc.status, exc.message, code=exc.code)
     model_ms = (time.perf_counter() - t_model) * 1000
     metrics.add_metric(name="ModelLatency", unit=MetricUnit.Milliseconds, value=model_ms)
-    if cache_status == "miss" and _served_as_routed(adapter, version, result):
-        d.cache.put(key, result)
-    return _answer(adapter, version, result, cache_status, t0, model_ms)
+    remember(prep, cache_status, result)
+    return answer(adapter, prep.version, result, cache_status, t0, model_ms)
 
 
 def _served_as_routed(adapter: str, version: str, result: dict[str, Any]) -> bool:
@@ -305,8 +347,8 @@ def _served_as_routed(adapter: str, version: str, result: dict[str, Any]) -> boo
     return False
 
 
-def _answer(adapter: str, version: str, result: dict[str, Any], cache: str, t0: float,
-            model_ms: float) -> dict[str, Any]:  # fmt: skip
+def answer(adapter: str, version: str, result: dict[str, Any], cache: str, t0: float,
+           model_ms: float) -> dict[str, Any]:  # fmt: skip
     total = (time.perf_counter() - t0) * 1000
     body = {
         "output": result.get("generated_text"),

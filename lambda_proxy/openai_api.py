@@ -5,8 +5,9 @@
 the native route's (``handler.serve``): these routes only translate the request and the answer,
 and render errors as OpenAI's error object (``{"error": {"message", "type", "param",
 "code"}}``). Parameters OpenAI defines that this platform cannot honour (``n`` above 1,
-``logprobs``, tools) are refused with a 400 naming them, never silently ignored. Streaming
-(``stream: true``) is not served yet and is refused the same way.
+``logprobs``, tools) are refused with a 400 naming them, never silently ignored. Streams
+(``stream: true``, chunks ending ``data: [DONE]``) are served by ``lambda_proxy.streaming``
+through the function's web app, with the checks below.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class _OpenAIRequest(BaseModel):
     stop: str | list[str] | None = None
     seed: int | None = Field(default=None, ge=0, lt=2**31)
     stream: bool = False
+    stream_options: dict[str, bool] | None = None
     n: int = Field(default=1, ge=1, le=1)
     user: str | None = None
     frequency_penalty: float | None = Field(default=None, ge=0.0, le=0.0)
@@ -53,7 +55,7 @@ class CompletionRequest(_OpenAIRequest):
     prompt: str = Field(min_length=1)
 
 
-class _Refused(Exception):  # noqa: N818 - carries a ready error response
+class Refused(Exception):  # noqa: N818 - carries a ready error response
     def __init__(self, response: Response) -> None:
         self.response = response
 
@@ -68,7 +70,7 @@ def error(status: int, message: str, *, param: str | None = None, code: str | No
     return response
 
 
-def _failure(f: Any) -> Response:
+def failure(f: Any) -> Response:
     param = None
     if f.details:
         param = f.details[0].get("field")
@@ -78,22 +80,37 @@ def _failure(f: Any) -> Response:
     return error(f.status, message, param=param, code=f.code, headers=f.headers)
 
 
-def _parse(kind: type[_OpenAIRequest]) -> _OpenAIRequest:
+def parse(kind: type[_OpenAIRequest]) -> _OpenAIRequest:
     from lambda_proxy import handler
 
     data = handler._body()
     if isinstance(data, handler.Failure):
-        raise _Refused(_failure(data))
+        raise Refused(failure(data))
     try:
         req = kind.model_validate(data)
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
         param = ".".join(map(str, first["loc"])) or None
-        raise _Refused(error(400, f"{param}: {first['msg']}", param=param)) from None
-    if req.stream:
-        raise _Refused(error(400, "stream: streaming is not served by this API yet; "
-                                  "send stream: false", param="stream"))  # fmt: skip
+        raise Refused(error(400, f"{param}: {first['msg']}", param=param)) from None
+    unknown = sorted(set(req.stream_options or {}) - {"include_usage"})
+    if unknown:
+        raise Refused(error(400, f"stream_options: unknown options {unknown}",
+                            param="stream_options"))  # fmt: skip
     return req
+
+
+def prompt_of(req: _OpenAIRequest) -> dict[str, Any]:
+    """The native prompt: ``messages`` for a chat, ``inputs`` for a completion."""
+    if isinstance(req, CompletionRequest):
+        return {"inputs": req.prompt}
+    messages = []
+    for i, m in enumerate(req.messages):  # type: ignore[attr-defined]
+        role, content = m.get("role"), m.get("content")
+        if role not in ("system", "user", "assistant") or not isinstance(content, str):
+            raise Refused(error(400, f"messages.{i}: role must be system, user or assistant "
+                                     "and content a string", param=f"messages.{i}"))  # fmt: skip
+        messages.append({"role": role, "content": content})
+    return {"messages": messages}
 
 
 def _native(req: _OpenAIRequest, prompt: dict[str, Any]) -> dict[str, Any]:
@@ -111,32 +128,44 @@ def _native(req: _OpenAIRequest, prompt: dict[str, Any]) -> dict[str, Any]:
     return {**prompt, "parameters": params}
 
 
-def _run(req: _OpenAIRequest, prompt: dict[str, Any]) -> dict[str, Any]:
+def authorize(req: _OpenAIRequest, prompt: dict[str, Any]) -> tuple[tuple, Any]:
+    """The caller and route for ``model``, and the native request: the native checks."""
     from lambda_proxy import handler
 
-    t0 = time.perf_counter()
     auth = handler._authorize(req.model)
     if isinstance(auth, handler.Failure):
         # The native 404 text, in OpenAI's words for an unknown model.
         if auth.status == 404:
-            raise _Refused(error(404, f"The model {req.model[:64]!r} does not exist or you do "
+            raise Refused(error(404, f"The model {req.model[:64]!r} does not exist or you do "
                                       "not have access to it.", param="model",
                                  code="model_not_found"))  # fmt: skip
-        raise _Refused(_failure(auth))
+        raise Refused(failure(auth))
     native = handler._validate(_native(req, prompt))
     if isinstance(native, handler.Failure):
-        raise _Refused(_failure(native))
+        raise Refused(failure(native))
+    return auth, native
+
+
+def _run(req: _OpenAIRequest, prompt: dict[str, Any]) -> dict[str, Any]:
+    from lambda_proxy import handler
+
+    t0 = time.perf_counter()
+    if req.stream:
+        # The function's web app (lambda_proxy.web) streams before this handler sees a request.
+        raise Refused(error(400, "stream: true needs the streaming router (lambda_proxy.web)",
+                            param="stream"))  # fmt: skip
+    auth, native = authorize(req, prompt)
     out = handler.serve(req.model, *auth, native, t0)
     if isinstance(out, handler.Failure):
-        raise _Refused(_failure(out))
+        raise Refused(failure(out))
     return out
 
 
-def _finish(reason: str | None) -> str:
+def finish(reason: str | None) -> str:
     return "length" if reason == "length" else "stop"
 
 
-def _usage(out: dict[str, Any]) -> dict[str, int]:
+def usage(out: dict[str, Any]) -> dict[str, int]:
     u = out.get("usage") or {}
     prompt, completion = int(u.get("input_tokens", 0)), int(u.get("output_tokens", 0))
     return {"prompt_tokens": prompt, "completion_tokens": completion,
@@ -152,7 +181,7 @@ def _completion(prefix: str, kind: str, model: str, out: dict[str, Any],
         "created": int(time.time()),
         "model": model,
         "choices": [choice],
-        "usage": _usage(out),
+        "usage": usage(out),
         "system_fingerprint": f"{model}@{out.get('version')}",
     })  # fmt: skip
 
@@ -165,32 +194,24 @@ def _ok(body: dict[str, Any]) -> Response:
 @router.post("/v1/chat/completions")
 def chat_completions() -> Response:
     try:
-        req = _parse(ChatRequest)
-        messages = []
-        for i, m in enumerate(req.messages):  # type: ignore[attr-defined]
-            role, content = m.get("role"), m.get("content")
-            if role not in ("system", "user", "assistant") or not isinstance(content, str):
-                raise _Refused(error(400, f"messages.{i}: role must be system, user or "
-                                          "assistant and content a string",
-                                     param=f"messages.{i}"))  # fmt: skip
-            messages.append({"role": role, "content": content})
-        out = _run(req, {"messages": messages})
-    except _Refused as refused:
+        req = parse(ChatRequest)
+        out = _run(req, prompt_of(req))
+    except Refused as refused:
         return refused.response
     choice = {"index": 0, "message": {"role": "assistant", "content": out["output"]},
-              "finish_reason": _finish(out.get("finish_reason")), "logprobs": None}  # fmt: skip
+              "finish_reason": finish(out.get("finish_reason")), "logprobs": None}  # fmt: skip
     return _completion("chatcmpl", "chat.completion", req.model, out, choice)
 
 
 @router.post("/v1/completions")
 def completions() -> Response:
     try:
-        req = _parse(CompletionRequest)
-        out = _run(req, {"inputs": req.prompt})  # type: ignore[attr-defined]
-    except _Refused as refused:
+        req = parse(CompletionRequest)
+        out = _run(req, prompt_of(req))
+    except Refused as refused:
         return refused.response
     choice = {"index": 0, "text": out["output"], "logprobs": None,
-              "finish_reason": _finish(out.get("finish_reason"))}  # fmt: skip
+              "finish_reason": finish(out.get("finish_reason"))}  # fmt: skip
     return _completion("cmpl", "text_completion", req.model, out, choice)
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,7 +93,7 @@ class _NotStarted(Exception):  # noqa: N818 - a signal to retry, carrying the cl
 
 
 def _invoke_once(client: Any, endpoint: str, component: str, body: bytes) -> dict[str, Any]:
-    try:
+    with _errors():
         resp = client.invoke_endpoint(
             EndpointName=endpoint,
             InferenceComponentName=component,
@@ -99,6 +101,77 @@ def _invoke_once(client: Any, endpoint: str, component: str, body: bytes) -> dic
             Accept="application/json",
             Body=body,
         )
+    raw = resp["Body"].read()
+    try:
+        return json.loads(raw)
+    except (ValueError, TypeError) as exc:
+        raise InvokeError(502, "the model returned a non-JSON answer", "BadModelOutput") from exc
+
+
+def open_stream(
+    client: Any, endpoint: str, component: str, payload: dict[str, Any], deadline_s: float = 60.0
+) -> Any:
+    """``InvokeEndpointWithResponseStream``: the response's event stream, retried (like
+    ``invoke``) only while it provably did not start. Read it with ``stream_lines``."""
+    deadline = time.monotonic() + deadline_s
+    body = json.dumps({**payload, "stream": True}).encode()
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        try:
+            with _errors():
+                resp = client.invoke_endpoint_with_response_stream(
+                    EndpointName=endpoint,
+                    InferenceComponentName=component,
+                    ContentType="application/json",
+                    Accept="application/jsonlines",
+                    Body=body,
+                )
+            return resp["Body"]
+        except _NotStarted as exc:
+            backoff = 0.1 * 2**attempt
+            if attempt == MAX_ATTEMPTS or time.monotonic() + backoff + 1.0 > deadline:
+                raise exc.error from None
+            time.sleep(backoff)
+    raise AssertionError("unreachable")
+
+
+def stream_lines(events: Any) -> Iterator[dict[str, Any]]:
+    """The container's JSON lines from an event stream. ``PayloadPart`` chunks carry bytes
+    with no regard for line ends, so lines are joined across chunks; a ``ModelStreamError`` or
+    ``InternalStreamFailure`` event ends the stream with an ``InvokeError``."""
+    pending = b""
+    with _errors():
+        for event in events:
+            if "PayloadPart" in event:
+                pending += event["PayloadPart"].get("Bytes", b"")
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield _line(line)
+                continue
+            for code in ("ModelStreamError", "InternalStreamFailure"):
+                if code in event:
+                    detail = event[code].get("Message") or code
+                    raise InvokeError(502, f"the model stream failed: {detail}", code)
+    if pending.strip():
+        yield _line(pending)
+
+
+def _line(raw: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except (ValueError, TypeError) as exc:
+        raise InvokeError(502, "the model streamed a non-JSON line", "BadModelOutput") from exc
+    if not isinstance(value, dict):
+        raise InvokeError(502, "the model streamed a line that is not an object", "BadModelOutput")
+    return value
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """botocore's errors as the router's: ``_NotStarted`` when the request provably never
+    reached the container (retry), ``InvokeError`` otherwise."""
+    try:
+        yield
     except ClientError as exc:
         err = exc.response.get("Error", {})
         code = err.get("Code", "Unknown")
@@ -121,10 +194,5 @@ def _invoke_once(client: Any, endpoint: str, component: str, body: bytes) -> dic
     except ReadTimeoutError as exc:
         # The request may be generating: never sent again.
         raise InvokeError(504, "the model did not answer within the deadline", "Timeout") from exc
-    except BotoCoreError as exc:  # no credentials, ...
+    except BotoCoreError as exc:  # no credentials, a stream cut off, ...
         raise InvokeError(502, f"cannot reach SageMaker: {exc}", type(exc).__name__) from exc
-    raw = resp["Body"].read()
-    try:
-        return json.loads(raw)
-    except (ValueError, TypeError) as exc:
-        raise InvokeError(502, "the model returned a non-JSON answer", "BadModelOutput") from exc

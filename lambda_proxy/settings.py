@@ -17,6 +17,8 @@ class RouterSettings:
     max_stop_sequences: int = 4
     max_body_bytes: int = 262144
     invoke_deadline_s: float = 55.0
+    #: How long a streamed generation may run (API Gateway streams up to 15 minutes).
+    stream_deadline_s: float = 120.0
     cache_ttl_s: int = 72 * 3600
     redis_url: str | None = None
     redis_secret_arn: str | None = None
@@ -49,6 +51,7 @@ def settings() -> RouterSettings:
         max_stop_sequences=int(env.get("MAX_STOP_SEQUENCES", 4)),
         max_body_bytes=int(env.get("MAX_BODY_BYTES", 262144)),
         invoke_deadline_s=float(env.get("INVOKE_DEADLINE_S", 55)),
+        stream_deadline_s=float(env.get("STREAM_DEADLINE_S", 120)),
         cache_ttl_s=int(float(env.get("CACHE_TTL_HOURS", 72)) * 3600),
         redis_url=env.get("REDIS_URL") or None,
         redis_secret_arn=env.get("REDIS_SECRET_ARN") or None,

@@ -1,19 +1,22 @@
-"""A local API Gateway (REST API, Lambda proxy integration) in front of the router, and the
-playground's backend.
+"""A local API Gateway (REST API, streaming Lambda proxy integration) in front of the router,
+and the playground's backend.
 
-The router Lambda runs unchanged, in process: each HTTP request becomes the proxy event API
-Gateway would send (resource, path parameters, request context with the caller's identity) and
-``lambda_proxy.handler.handler`` answers it. Its boto3 client talks to the local SageMaker
-endpoint through ``endpoint_url``; its cache is the Redis on localhost when one answers,
-otherwise an in-process cache with the same interface.
+The router runs as the deployed function runs it, in process: the function's web app
+(``lambda_proxy.web``) receives each request the way the Lambda Web Adapter hands it over, with
+the request context API Gateway would send (resource, the caller's identity) in the
+``x-amzn-request-context`` header, replacing any the client sent. Streams flow through as they
+are produced, and a client that goes away closes the stream all the way to the model server.
+The router's boto3 client talks to the local SageMaker endpoint through ``endpoint_url``; its
+cache is the Redis on localhost when one answers, otherwise an in-process cache with the same
+interface.
 
 Identity stands in for SigV4: every request is made as the assumed role
 ``arn:aws:sts::000000000000:assumed-role/TENANT/local`` (tenant ``demo`` unless the request sends
 ``X-Local-Tenant``). That header exists only here; the deployed API takes the caller from the
 signature.
 
-One router instance serves one request at a time, as one warm Lambda execution environment
-does (Powertools' logger and metrics are per-process state).
+Buffered requests pass the router's handler one at a time, as one warm Lambda execution
+environment serves them (Powertools' logger and metrics are per-process state).
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ import re
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 PLAYGROUND = Path(__file__).with_name("playground")
 LOCAL_ACCOUNT = "000000000000"
 STAGE = "local"
+FUNCTION_ARN = f"arn:aws:lambda:us-east-1:{LOCAL_ACCOUNT}:function:lora-local-router:{STAGE}"
 TENANT_HEADER = "x-local-tenant"
 _TENANT_RE = re.compile(r"^[A-Za-z0-9+=,.@_-]{1,64}$")
 
@@ -111,58 +114,26 @@ def redis_client(url: str | None):
     return client
 
 
-@dataclass
-class LambdaContext:
-    """The attributes of Lambda's context object that Powertools reads."""
-
-    aws_request_id: str
-    function_name: str = "lora-local-router"
-    function_version: str = "$LATEST"
-    memory_limit_in_mb: int = 512
-    invoked_function_arn: str = (
-        f"arn:aws:lambda:us-east-1:{LOCAL_ACCOUNT}:function:lora-local-router:{STAGE}"
-    )
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 30_000
-
-
-def proxy_event(method: str, path: str, resource: str, params: dict[str, str],
-                headers: dict[str, str], query: dict[str, str], body: str | None,
-                tenant: str) -> dict[str, Any]:  # fmt: skip
-    """The event API Gateway's Lambda proxy integration sends for this request."""
-    request_id = str(uuid.uuid4())
+def request_context(method: str, path: str, resource: str, tenant: str) -> dict[str, Any]:
+    """The ``requestContext`` API Gateway sends for a SigV4-signed call by role ``tenant``."""
     arn = f"arn:aws:sts::{LOCAL_ACCOUNT}:assumed-role/{tenant}/local"
     return {
-        "resource": resource,
-        "path": path,
+        "resourcePath": resource,
         "httpMethod": method,
-        "headers": headers,
-        "multiValueHeaders": {k: [v] for k, v in headers.items()},
-        "queryStringParameters": query or None,
-        "multiValueQueryStringParameters": {k: [v] for k, v in query.items()} or None,
-        "pathParameters": params or None,
-        "stageVariables": None,
-        "requestContext": {
-            "resourcePath": resource,
-            "httpMethod": method,
-            "path": f"/{STAGE}{path}",
-            "stage": STAGE,
-            "requestId": request_id,
+        "path": f"/{STAGE}{path}",
+        "stage": STAGE,
+        "requestId": str(uuid.uuid4()),
+        "accountId": LOCAL_ACCOUNT,
+        "apiId": "local",
+        "protocol": "HTTP/1.1",
+        "requestTimeEpoch": int(time.time() * 1000),
+        "identity": {
+            "userArn": arn,
+            "caller": f"AROALOCAL:{tenant}",
             "accountId": LOCAL_ACCOUNT,
-            "apiId": "local",
-            "protocol": "HTTP/1.1",
-            "requestTimeEpoch": int(time.time() * 1000),
-            "identity": {
-                "userArn": arn,
-                "caller": f"AROALOCAL:{tenant}",
-                "accountId": LOCAL_ACCOUNT,
-                "user": f"AROALOCAL:{tenant}",
-                "sourceIp": "127.0.0.1",
-            },
+            "user": f"AROALOCAL:{tenant}",
+            "sourceIp": "127.0.0.1",
         },
-        "body": body,
-        "isBase64Encoded": False,
     }
 
 
@@ -177,8 +148,10 @@ class LocalGateway:
         catalog_file: Path | None = None,
         tenant: str = "demo",
         region: str = "us-east-1",
+        state_dir: Path | None = None,
     ) -> None:
         self.routing_table = routing_table
+        self.state_dir = state_dir
         self.catalog_file = catalog_file
         self.endpoint_url = endpoint_url
         self.runtime_url = runtime_url.rstrip("/")
@@ -188,7 +161,6 @@ class LocalGateway:
         self.cache_mode = f"redis ({redis_url})" if self.redis is not None else "in-process"
         self.store = self.redis if self.redis is not None else InProcessCache()
         self.lock = threading.Lock()  # the trace buffer
-        self.router_lock = threading.Lock()  # one execution environment: one request at a time
         self.trace: collections.deque[dict[str, Any]] = collections.deque(maxlen=500)
         self._seq = 0
         # The router signs its calls; the local endpoint does not check signatures.
@@ -210,10 +182,12 @@ class LocalGateway:
         os.environ["ROUTING_TABLE_FILE"] = str(self.routing_table)
         os.environ["SAGEMAKER_ENDPOINT_URL"] = self.endpoint_url
         os.environ["AWS_REGION"] = self.region
+        from lambda_proxy.web import HANDLER_LOCK
+
         settings.cache_clear()
         s = settings()
         table = s.routing_table
-        with self.router_lock:
+        with HANDLER_LOCK:
             self.table = table
             self.client = make_client(s.sagemaker_endpoint_url, s.region, s.invoke_deadline_s)
             configure(Dependencies(s, ResponseCache(self.store, s.cache_ttl_s), self.client))
@@ -239,12 +213,6 @@ class LocalGateway:
             self._seq += 1
             self.trace.append({"seq": self._seq, "ts": round(time.time(), 3), "event": name,
                                "origin": "router", **fields})  # fmt: skip
-
-    def call_router(self, event: dict[str, Any]) -> dict[str, Any]:
-        from lambda_proxy.handler import handler
-
-        with self.router_lock:
-            return handler(event, LambdaContext(event["requestContext"]["requestId"]))
 
     def invoke_base(self, payload: dict[str, Any]) -> dict[str, Any]:
         """The base model's answer to the same request, through the same SageMaker client."""
@@ -283,7 +251,8 @@ def _catalog_view(gateway: LocalGateway) -> dict[str, Any]:
 
 @functools.cache
 def _samples(task: str, n: int = 5) -> list[str]:
-    """A few held-out inputs of the task (generated once per process: the page asks often)."""
+    """A few test inputs of the task, never seen in training (generated once per process: the
+    page asks often)."""
     try:
         from training import datasets
     except ImportError:  # a gateway without the training extra shows no samples
@@ -292,60 +261,29 @@ def _samples(task: str, n: int = 5) -> list[str]:
         split = datasets.load(task)
     except KeyError:
         return []
-    return [r.raw for r in split.held_out[:n]]
+    return [r.raw for r in split.test[:n]]
 
 
-def create_app(gateway: LocalGateway) -> FastAPI:
+def availability(gateway: LocalGateway, registered: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per catalog adapter: online (its component is registered in the container), or what the
+    background trainer says of it (queued, training with its step, evaluating, not
+    publishable, failed)."""
+    from local.trainer import read_status
+
+    online = {a.get("name") for a in registered}
+    training = read_status(gateway.state_dir).get("adapters", {}) if gateway.state_dir else {}
+    out: dict[str, Any] = {}
+    for name, route in gateway.table.get("adapters", {}).items():
+        if route.get("component") in online:
+            out[name] = {"state": "online"}
+        else:
+            out[name] = training.get(name) or {"state": "offline"}
+    return out
+
+
+def create_app(gateway: LocalGateway) -> ApiGateway:
     app = FastAPI(title="local API gateway", docs_url=None, redoc_url=None)
     runtime = httpx.AsyncClient(base_url=gateway.runtime_url, timeout=10.0)
-
-    async def api(request: Request, path: str) -> Response:
-        path = "/" + path
-        method = request.method
-        match = next(
-            ((m, res) for verb, pattern, res in RESOURCES
-             if verb == method and (m := pattern.match(path))), None,
-        )  # fmt: skip
-        if match is None:
-            # What API Gateway answers for a route it does not have.
-            return JSONResponse({"message": "Missing Authentication Token"}, status_code=403)
-        tenant = request.headers.get(TENANT_HEADER, gateway.tenant)
-        if not _TENANT_RE.match(tenant):
-            return JSONResponse({"message": "invalid X-Local-Tenant"}, status_code=400)
-        raw = await request.body()
-        try:
-            body = raw.decode() if raw else None
-        except UnicodeDecodeError:
-            return JSONResponse({"message": "body is not UTF-8"}, status_code=400)
-        m, resource = match
-        headers = {k.title(): v for k, v in request.headers.items()
-                   if k.lower() not in ("authorization", TENANT_HEADER)}  # fmt: skip
-        event = proxy_event(method, path, resource, m.groupdict(), headers,
-                            dict(request.query_params), body, tenant)  # fmt: skip
-        t0 = time.perf_counter()
-        result = await asyncio.to_thread(gateway.call_router, event)
-        ms = round((time.perf_counter() - t0) * 1000, 1)
-        if resource.endswith("/generate"):
-            try:
-                answer = json.loads(result.get("body") or "{}")
-            except ValueError:
-                answer = {}
-            gateway.event("router_request", adapter=m["adapter"], status=result["statusCode"],
-                          cache=answer.get("cache"), latency_ms=ms)  # fmt: skip
-        return Response(
-            result.get("body") or "",
-            status_code=result["statusCode"],
-            headers={**(result.get("headers") or {}),
-                     "x-amzn-RequestId": event["requestContext"]["requestId"]},
-        )  # fmt: skip
-
-    @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
-    async def v1(request: Request, path: str) -> Response:
-        return await api(request, "v1/" + path)
-
-    @app.get("/health")
-    async def health(request: Request) -> Response:
-        return await api(request, "health")
 
     @app.get("/")
     async def index() -> Response:
@@ -390,6 +328,7 @@ def create_app(gateway: LocalGateway) -> FastAPI:
             "memory": adapters.get("memory"), "max_loras": adapters.get("max_loras"),
             "max_cpu_loras": adapters.get("max_cpu_loras"), "adapters": adapters.get("adapters"),
             "cache": gateway.cache_mode, "endpoint": gateway.table.get("endpoint"),
+            "availability": availability(gateway, adapters.get("adapters") or []),
         })  # fmt: skip
 
     @app.get("/local/trace")
@@ -414,4 +353,80 @@ def create_app(gateway: LocalGateway) -> FastAPI:
     async def _close() -> None:
         await runtime.aclose()
 
-    return app
+    return ApiGateway(gateway, app)
+
+
+class ApiGateway:
+    """The API's resources in front of the router's web app; everything else (the playground,
+    ``/local/...``) goes to ``rest``.
+
+    A request for a resource the API does not declare gets API Gateway's own answer (403
+    "Missing Authentication Token"). One it declares reaches the web app with the request
+    context a SigV4 call by ``X-Local-Tenant`` (default ``demo``) would carry, the way the
+    Lambda Web Adapter passes it.
+    """
+
+    def __init__(self, gateway: LocalGateway, rest: Any) -> None:
+        from lambda_proxy.web import app as router
+
+        self.gateway, self.rest, self.router = gateway, rest, router
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not (path.startswith("/v1/") or path == "/health"):
+            await self.rest(scope, receive, send)
+            return
+        method = scope["method"]
+        match = next(((m, res) for verb, pattern, res in RESOURCES
+                      if verb == method and (m := pattern.match(path))), None)  # fmt: skip
+        if match is None:
+            refusal = JSONResponse({"message": "Missing Authentication Token"}, status_code=403)
+            await refusal(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        tenant = headers.get(TENANT_HEADER, self.gateway.tenant)
+        if not _TENANT_RE.match(tenant):
+            refusal = JSONResponse({"message": "invalid X-Local-Tenant"}, status_code=400)
+            await refusal(scope, receive, send)
+            return
+        m, resource = match
+        context = request_context(method, path, resource, tenant)
+        dropped = {"authorization", TENANT_HEADER, "x-amzn-request-context",
+                   "x-amzn-lambda-context"}  # fmt: skip
+        forwarded = [(k, v) for k, v in scope["headers"]
+                     if k.decode("latin-1").lower() not in dropped]  # fmt: skip
+        lambda_context = {"request_id": context["requestId"], "invoked_function_arn": FUNCTION_ARN}
+        forwarded += [(b"x-amzn-request-context", json.dumps(context).encode()),
+                      (b"x-amzn-lambda-context", json.dumps(lambda_context).encode())]  # fmt: skip
+        t0 = time.perf_counter()
+        observed: dict[str, Any] = {"status": None, "body": b"", "stream": False}
+
+        async def watch(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                observed["status"] = message["status"]
+                head = dict(message.get("headers", []))
+                observed["stream"] = head.get(b"content-type", b"").startswith(b"text/event")
+                rid = (b"x-amzn-requestid", context["requestId"].encode())
+                message["headers"] = [*message.get("headers", []), rid]
+            elif message["type"] == "http.response.body" and len(observed["body"]) < 65536:
+                observed["body"] += message.get("body", b"")
+            await send(message)
+
+        await self.router({**scope, "headers": forwarded}, receive, watch)
+        if resource.endswith("/generate"):
+            self.gateway.event("router_request", adapter=m["adapter"], status=observed["status"],
+                               cache=_cache_status(observed),
+                               latency_ms=round((time.perf_counter() - t0) * 1000, 1))  # fmt: skip
+
+
+def _cache_status(observed: dict[str, Any]) -> str | None:
+    """The router's cache status from its answer: the JSON body, or a stream's done event."""
+    body = observed["body"]
+    if observed["stream"]:
+        done = body.rsplit(b"event: done\ndata: ", 1)
+        body = done[1].split(b"\n", 1)[0] if len(done) == 2 else b""
+    try:
+        answer = json.loads(body or b"{}")
+    except ValueError:
+        return None
+    return answer.get("cache") if isinstance(answer, dict) else None

@@ -35,3 +35,47 @@ def test_an_entrys_quota_and_cache_mode_are_in_the_routing_table(tmp_path) -> No
     assert route["quota"] == {"requests_per_minute": 5} and route["cache"] == "off"
     other = dep.routing_table()["adapters"][dep.adapters[1].name]
     assert "quota" not in other and other["cache"] == "tenant"
+
+
+def test_every_route_streams_through_the_web_adapter(dev_templates) -> None:
+    """API Gateway's STREAM transfer mode on every integration, the Lambda Web Adapter in
+    response-stream mode in front of the router's web app, and the API Gateway timeout set by
+    the environment (up to 15 minutes in STREAM mode)."""
+    from config import load_deployment
+
+    router = load_deployment("dev").env.router
+    template = dev_templates["lora-dev-router"]
+    methods = resources(template, "AWS::ApiGateway::Method").values()
+    integrations = [m["Properties"]["Integration"] for m in methods]
+    assert len(integrations) == 6
+    for integration in integrations:
+        assert integration["Type"] == "AWS_PROXY"
+        assert integration["ResponseTransferMode"] == "STREAM"
+        assert integration["TimeoutInMillis"] == router.gateway_timeout_s * 1000
+        uri = "".join(p if isinstance(p, str) else "" for p in integration["Uri"]["Fn::Join"][1])
+        assert "/2021-11-15/functions/" in uri and uri.endswith("/response-streaming-invocations")
+    (fn,) = resources(template, "AWS::Lambda::Function").values()
+    props = fn["Properties"]
+    assert props["Handler"] == "run.sh" and props["Timeout"] == router.timeout_s
+    variables = props["Environment"]["Variables"]
+    assert variables["AWS_LAMBDA_EXEC_WRAPPER"] == "/opt/bootstrap"
+    assert variables["AWS_LWA_INVOKE_MODE"] == "response_stream"
+    assert float(variables["STREAM_DEADLINE_S"]) < router.timeout_s
+    (layer,) = props["Layers"]
+    arn = "".join(p if isinstance(p, str) else "<region>" for p in layer["Fn::Join"][1])
+    assert arn.endswith(f":753240598075:layer:LambdaAdapterLayerArm64:"
+                        f"{router.web_adapter_layer_version}")  # fmt: skip
+
+
+def test_the_bundle_runs_the_web_app(dev_templates) -> None:
+    import os
+
+    from config import load_deployment
+    from infra.bundle import router_bundle
+
+    directory, _ = router_bundle(load_deployment("dev").routing_table())
+    entry = directory / "run.sh"
+    assert entry.is_file() and os.access(entry, os.X_OK)
+    assert "lambda_proxy.web:app" in entry.read_text()
+    assert (directory / "lambda_proxy" / "web.py").is_file()
+    assert (directory / "starlette").is_dir() and (directory / "uvicorn").is_dir()

@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import time
 
+from starlette.requests import Request
+
 from lambda_proxy.auth import caller_from_event
 from lambda_proxy.handler import _shape_error
-from local.gateway import InProcessCache, proxy_event
+from lambda_proxy.web import proxy_event
+from local.gateway import InProcessCache, request_context
 
 
 def test_the_proxy_event_is_one_the_router_accepts_and_names_the_tenant() -> None:
-    event = proxy_event(
-        "POST",
-        "/v1/adapters/sales-json/generate",
-        "/v1/adapters/{adapter}/generate",
-        {"adapter": "sales-json"},
-        {"Content-Type": "application/json"},
-        {},
-        '{"inputs": "x"}',
-        "sales-ops",
-    )
+    """What the gateway hands the router's web app, and the web app hands the handler."""
+    path = "/v1/adapters/sales-json/generate"
+    context = request_context("POST", path, "/v1/adapters/{adapter}/generate", "sales-ops")
+    scope = {"type": "http", "method": "POST", "path": path, "query_string": b"",
+             "headers": [(b"content-type", b"application/json")]}  # fmt: skip
+    event = proxy_event(Request(scope), context, '{"inputs": "x"}')
     assert _shape_error(event) is None
+    assert event["resource"] == "/v1/adapters/{adapter}/generate" and event["path"] == path
     caller = caller_from_event(event)
     assert caller is not None and caller.tenant == "000000000000:sales-ops"  # account-qualified
     assert "arn:aws:iam::000000000000:role/sales-ops" in caller.principals

@@ -1,0 +1,268 @@
+"""Streamed answers: server-sent events from SageMaker's ``InvokeEndpointWithResponseStream``,
+for the native route and the OpenAI-compatible ones.
+
+A stream is planned the way a buffered answer is (``handler``: identity first, the request's
+schema, the quota, the cache) and only then opened, so every refusal is an ordinary JSON error
+with its status code. Once open, the container's JSON lines become events:
+
+- native: ``event: token`` with ``{"text": ...}`` per piece, then ``event: done`` with the
+  buffered route's whole answer (output, usage, artifact, cache status, timings), or
+  ``event: error``;
+- OpenAI: ``chat.completion.chunk`` / ``text_completion`` chunks as ``data:`` lines, the last
+  with its ``finish_reason`` (and a usage chunk when ``stream_options.include_usage``), then
+  ``data: [DONE]``; an error is ``data: {"error": {...}}``.
+
+A reader thread pulls the event stream; the writer sends an SSE comment every
+``KEEPALIVE_S`` while no token comes, because API Gateway ends a stream that stays idle (30 s
+on edge-optimized endpoints). ``cancel`` (the client went away) closes SageMaker's stream.
+A deterministic answer is cached when the stream completes, and a cached one is streamed back
+in one piece.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+from lambda_proxy import handler, openai_api
+from lambda_proxy.sagemaker import InvokeError, open_stream, stream_lines
+
+KEEPALIVE_S = 15.0
+_END = object()
+
+
+@dataclass
+class StreamPlan:
+    """Everything a stream needs once it has been admitted."""
+
+    kind: str  # native | chat | completion
+    model: str
+    prep: handler.Prepared
+    status: str  # cache status: hit | miss | bypass
+    hit: dict[str, Any] | None
+    t0: float
+    include_usage: bool = False
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+def plan_native(adapter: str, t0: float) -> StreamPlan | handler.Failure:
+    """The native route's checks, in its order; the handler's current event is bound."""
+    auth = handler._authorize(adapter)
+    if isinstance(auth, handler.Failure):
+        return auth
+    data = handler._body()
+    if isinstance(data, handler.Failure):
+        return data
+    req = handler._validate(data)
+    if isinstance(req, handler.Failure):
+        return req
+    return _admit("native", adapter, auth, req, t0)
+
+
+def plan_openai(kind: str, t0: float) -> StreamPlan | Any:
+    """The OpenAI routes' checks; a refusal is the OpenAI error response."""
+    try:
+        req = openai_api.parse(openai_api.ChatRequest if kind == "chat" else
+                               openai_api.CompletionRequest)  # fmt: skip
+        prompt = openai_api.prompt_of(req)
+        auth, native = openai_api.authorize(req, prompt)
+    except openai_api.Refused as refused:
+        return refused.response
+    plan = _admit(kind, req.model, auth, native, t0)
+    if isinstance(plan, handler.Failure):
+        return openai_api.failure(plan)
+    plan.include_usage = bool((req.stream_options or {}).get("include_usage"))
+    return plan
+
+
+def _admit(kind: str, adapter: str, auth: tuple, req: Any, t0: float) -> StreamPlan | Any:
+    prep = handler.prepare(adapter, *auth, req)
+    if isinstance(prep, handler.Failure):
+        return prep
+    hit, status = handler.lookup(prep)
+    return StreamPlan(kind, adapter, prep, status, hit, t0)
+
+
+class Stream:
+    """One admitted stream: ``events()`` yields SSE bytes; ``cancel()`` may come from any
+    thread (the client went away)."""
+
+    def __init__(self, plan: StreamPlan) -> None:
+        self.plan = plan
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._cancelled = threading.Event()
+        self._body: Any = None
+        self._lock = threading.Lock()
+
+    # -- the reader ------------------------------------------------------------------------
+    def _read(self) -> None:
+        d = handler.deps()
+        s = d.settings
+        try:
+            prep = self.plan.prep
+            body = open_stream(d.stream_client, s.routing_table["endpoint"], prep.component,
+                               prep.payload, deadline_s=s.stream_deadline_s)  # fmt: skip
+            with self._lock:
+                self._body = body
+                if self._cancelled.is_set():
+                    body.close()
+                    return
+            for line in stream_lines(body):
+                self._queue.put(line)
+        except InvokeError as exc:
+            self._queue.put(exc)
+        except Exception as exc:  # a closed stream after cancel, or a bug: end the stream
+            if not self._cancelled.is_set():
+                handler.logger.exception("stream reader failed")
+                self._queue.put(InvokeError(502, f"the model stream failed: {exc}", "StreamError"))
+        finally:
+            self._queue.put(_END)
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        with self._lock:
+            body = self._body
+        if body is not None:
+            try:
+                body.close()
+            except Exception as exc:  # closing a broken connection: nothing left to free
+                handler.logger.debug("closing the model stream: %s", exc)
+        self._queue.put(_END)
+
+    # -- the writer ------------------------------------------------------------------------
+    def events(self) -> Iterator[bytes]:
+        plan = self.plan
+        fmt = _Format(plan)
+        if plan.hit is not None:
+            yield from fmt.whole(plan.hit)
+            return
+        yield from fmt.opening()
+        threading.Thread(target=self._read, name="sagemaker-stream", daemon=True).start()
+        deadline = time.monotonic() + handler.deps().settings.stream_deadline_s
+        t_model = time.perf_counter()
+        while not self._cancelled.is_set():
+            try:
+                item = self._queue.get(timeout=KEEPALIVE_S)
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    self.cancel()
+                    yield from fmt.error(InvokeError(504, "the stream exceeded its deadline",
+                                                     "Timeout"))  # fmt: skip
+                    return
+                yield b": keep-alive\n\n"
+                continue
+            if item is _END:
+                if not self._cancelled.is_set():
+                    cut = InvokeError(502, "the model stream ended early", "StreamError")
+                    yield from fmt.error(cut)
+                return
+            if isinstance(item, InvokeError):
+                _count(f"Error{item.status}")
+                yield from fmt.error(item)
+                return
+            if "error" in item:
+                status = int(item.get("status") or 502)
+                yield from fmt.error(InvokeError(status, str(item["error"]), "ModelError"))
+                return
+            text = _token_text(item)
+            if text:
+                yield from fmt.token(text)
+            if item.get("done") or item.get("generated_text") is not None:
+                model_ms = (time.perf_counter() - t_model) * 1000
+                _count("ModelLatency", model_ms, MetricUnit.Milliseconds)
+                handler.remember(plan.prep, plan.status, item)
+                yield from fmt.done(item, model_ms)
+                return
+
+
+def _token_text(line: dict[str, Any]) -> str:
+    """A streamed piece: ours is ``{"token": "text"}``; AWS's LMI image streams
+    ``{"token": {"text": ...}}``."""
+    token = line.get("token")
+    if isinstance(token, dict):
+        token = token.get("text")
+    return token if isinstance(token, str) else ""
+
+
+def _count(name: str, value: float = 1, unit: MetricUnit = MetricUnit.Count) -> None:
+    # single_metric flushes at once: streams share no metric buffer with other requests.
+    with single_metric(name=name, unit=unit, value=value, namespace="LoraFleet") as m:
+        m.add_dimension(name="service", value="lora-router")
+
+
+def sse(data: Any, event: str | None = None) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    payload = data if isinstance(data, str) else json.dumps(data)
+    return f"{head}data: {payload}\n\n".encode()
+
+
+class _Format:
+    """The events of one stream in its API's shape."""
+
+    def __init__(self, plan: StreamPlan) -> None:
+        self.plan = plan
+        self.created = int(time.time())
+        self.prefix = "chatcmpl" if plan.kind == "chat" else "cmpl"
+
+    def _chunk(self, choice: dict[str, Any], **extra: Any) -> bytes:
+        obj = "chat.completion.chunk" if self.plan.kind == "chat" else "text_completion"
+        return sse({"id": f"{self.prefix}-{self.plan.id}", "object": obj, "created": self.created,
+                    "model": self.plan.model, "choices": [choice], **extra})  # fmt: skip
+
+    def _piece(self, text: str | None, finish: str | None = None) -> dict[str, Any]:
+        if self.plan.kind == "chat":
+            delta = {} if text is None else {"content": text}
+            return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+        return {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+
+    def opening(self) -> Iterator[bytes]:
+        if self.plan.kind == "chat":
+            yield self._chunk({"index": 0, "delta": {"role": "assistant", "content": ""},
+                               "finish_reason": None, "logprobs": None})  # fmt: skip
+
+    def token(self, text: str) -> Iterator[bytes]:
+        if self.plan.kind == "native":
+            yield sse({"text": text}, event="token")
+        else:
+            yield self._chunk(self._piece(text))
+
+    def done(self, result: dict[str, Any], model_ms: float) -> Iterator[bytes]:
+        p = self.plan
+        native = handler.answer(p.model, p.prep.version, result, p.status, p.t0, model_ms)
+        if p.kind == "native":
+            yield sse(native, event="done")
+            return
+        yield self._chunk(self._piece(None, openai_api.finish(native.get("finish_reason"))))
+        if p.include_usage:
+            obj = "chat.completion.chunk" if p.kind == "chat" else "text_completion"
+            yield sse({"id": f"{self.prefix}-{p.id}", "object": obj, "created": self.created,
+                       "model": p.model, "choices": [],
+                       "usage": openai_api.usage(native)})  # fmt: skip
+        yield sse("[DONE]")
+
+    def whole(self, hit: dict[str, Any]) -> Iterator[bytes]:
+        """A cached answer, as a stream of one piece."""
+        yield from self.opening()
+        text = hit.get("generated_text") or ""
+        if text:
+            yield from self.token(text)
+        yield from self.done(hit, 0.0)
+
+    def error(self, exc: InvokeError) -> Iterator[bytes]:
+        handler.logger.warning("stream failed", extra={"adapter": self.plan.model,
+                                                       "code": exc.code})  # fmt: skip
+        if self.plan.kind == "native":
+            yield sse({"error": exc.message, "status": exc.status, "code": exc.code},
+                      event="error")  # fmt: skip
+            return
+        yield sse({"error": {"message": exc.message, "type": "api_error", "param": None,
+                             "code": exc.code}})  # fmt: skip
+        yield sse("[DONE]")

@@ -1,0 +1,213 @@
+"""The router as a web app: what the Lambda runs, so that answers can stream.
+
+Python's managed Lambda runtimes do not stream a response by themselves (AWS documents
+response streaming for Node.js, and for other languages a custom runtime or the Lambda Web
+Adapter: docs.aws.amazon.com/lambda/latest/dg/configuration-response-streaming.html). So the
+function runs AWS's Lambda Web Adapter (awslabs/aws-lambda-web-adapter) as its extension, in
+``response_stream`` invoke mode, in front of this ASGI app (``run.sh``: uvicorn). The adapter
+turns each API Gateway event into an HTTP request and writes the app's response back in the
+format API Gateway's streaming Lambda proxy integration takes (a metadata JSON, eight null
+bytes, the body), as it is produced.
+
+The adapter puts the event's ``requestContext`` (the caller's IAM identity among it) in the
+``x-amzn-request-context`` header, replacing any header of that name the client sent
+(``req_headers.insert`` in its ``src/lib.rs``), and the Lambda context in
+``x-amzn-lambda-context``. From them this app rebuilds the proxy event, and:
+
+- a request with ``stream: true`` on a generating route is streamed as server-sent events
+  (``lambda_proxy.streaming``);
+- every other request goes to the Powertools handler (``lambda_proxy.handler.handler``)
+  unchanged, with its logging, metrics and tracing.
+
+The local gateway runs this same app, in process, behind its API Gateway stand-in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+REQUEST_CONTEXT = "x-amzn-request-context"
+LAMBDA_CONTEXT = "x-amzn-lambda-context"
+#: The routes that generate, and the kind of stream each answers with.
+STREAMING = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
+GENERATE_PREFIX, GENERATE_SUFFIX = "/v1/adapters/", "/generate"
+#: Powertools keeps the current event and its metrics per process: one request at a time uses
+#: the handler (as one Lambda execution environment does anyway).
+HANDLER_LOCK = threading.Lock()
+
+
+@dataclass
+class LambdaContext:
+    """The attributes of Lambda's context object that Powertools reads, from the adapter's
+    ``x-amzn-lambda-context`` header (the Rust runtime's context, serialized)."""
+
+    aws_request_id: str
+    invoked_function_arn: str = ""
+    function_name: str = "lora-router"
+    function_version: str = "$LATEST"
+    memory_limit_in_mb: int = 512
+    deadline_ms: int = 0
+
+    @classmethod
+    def from_header(cls, raw: str | None) -> LambdaContext:
+        try:
+            data = json.loads(raw) if raw else {}
+        except ValueError:
+            data = {}
+        data = data if isinstance(data, dict) else {}
+        env = data.get("env_config") if isinstance(data.get("env_config"), dict) else {}
+        return cls(
+            aws_request_id=str(data.get("request_id") or f"local-{time.time_ns()}"),
+            invoked_function_arn=str(data.get("invoked_function_arn") or ""),
+            function_name=str(env.get("function_name") or os.environ.get(
+                "AWS_LAMBDA_FUNCTION_NAME", "lora-router")),
+            function_version=str(env.get("version") or "$LATEST"),
+            memory_limit_in_mb=int(env.get("memory") or 512),
+            deadline_ms=int(data.get("deadline") or 0),
+        )  # fmt: skip
+
+    def get_remaining_time_in_millis(self) -> int:
+        if not self.deadline_ms:
+            return 30_000
+        return max(0, self.deadline_ms - int(time.time() * 1000))
+
+
+def proxy_event(request: Request, context: dict[str, Any], body: str | None) -> dict[str, Any]:
+    """The API Gateway REST proxy event this request came from (the adapter's reverse)."""
+    headers = {k.title(): v for k, v in request.headers.items()
+               if k not in (REQUEST_CONTEXT, LAMBDA_CONTEXT)}  # fmt: skip
+    query = dict(request.query_params)
+    return {
+        "resource": context.get("resourcePath") or request.url.path,
+        "path": request.url.path,
+        "httpMethod": request.method,
+        "headers": headers,
+        "multiValueHeaders": {k: [v] for k, v in headers.items()},
+        "queryStringParameters": query or None,
+        "multiValueQueryStringParameters": {k: [v] for k, v in query.items()} or None,
+        "pathParameters": None,
+        "stageVariables": None,
+        "requestContext": context,
+        "body": body,
+        "isBase64Encoded": False,
+    }
+
+
+def stream_kind(method: str, path: str, body: str | None) -> str | None:
+    """``native``, ``chat`` or ``completion`` when this request asks for a stream."""
+    if method != "POST" or not body:
+        return None
+    kind = STREAMING.get(path)
+    if kind is None and path.startswith(GENERATE_PREFIX) and path.endswith(GENERATE_SUFFIX):
+        kind = "native"
+    if kind is None:
+        return None
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None  # the handler answers a malformed body
+    return kind if isinstance(data, dict) and data.get("stream") is True else None
+
+
+async def ready(_request: Request) -> Response:
+    """The adapter's readiness check (``AWS_LWA_READINESS_CHECK_PATH``); API Gateway routes only
+    the API's own resources, so clients never reach it."""
+    return JSONResponse({"status": "ready"})
+
+
+async def dispatch(request: Request) -> Response:
+    raw = request.headers.getlist(REQUEST_CONTEXT)
+    if len(raw) != 1:
+        return JSONResponse({"error": "no API Gateway request context", "status": 403},
+                            status_code=403)  # fmt: skip
+    try:
+        context = json.loads(raw[0])
+    except ValueError:
+        context = None
+    if not isinstance(context, dict):
+        return JSONResponse({"error": "malformed request context", "status": 400},
+                            status_code=400)  # fmt: skip
+    lambda_context = LambdaContext.from_header(request.headers.get(LAMBDA_CONTEXT))
+    trace = request.headers.get("x-amzn-trace-id")
+    if trace:
+        # What the Lambda runtime sets for each invocation; X-Ray (Powertools' tracer) reads it.
+        os.environ["_X_AMZN_TRACE_ID"] = trace
+    try:
+        body = (await request.body()).decode() or None
+    except UnicodeDecodeError:
+        return JSONResponse({"error": "body is not UTF-8", "status": 400}, status_code=400)
+    event = proxy_event(request, context, body)
+    kind = stream_kind(request.method, request.url.path, body)
+    if kind is not None:
+        return await _stream(kind, event, lambda_context)
+    result = await run_in_threadpool(_buffered, event, lambda_context)
+    return Response(result.get("body") or "", status_code=result["statusCode"],
+                    headers=result.get("headers") or {})  # fmt: skip
+
+
+def _buffered(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    from lambda_proxy.handler import handler
+
+    with HANDLER_LOCK:
+        return handler(event, context)
+
+
+async def _stream(kind: str, event: dict[str, Any], context: LambdaContext) -> Response:
+    from lambda_proxy import streaming
+
+    plan = await run_in_threadpool(_plan, kind, event, context)
+    if not isinstance(plan, streaming.StreamPlan):
+        return Response(plan.body or "", status_code=plan.status_code,
+                        headers={"Content-Type": "application/json", **plan.headers})  # fmt: skip
+    stream = streaming.Stream(plan)
+
+    async def body():
+        try:
+            async for chunk in iterate_in_threadpool(stream.events()):
+                yield chunk
+        finally:
+            stream.cancel()  # the client went away, or the stream ended: stop reading
+
+    return StreamingResponse(
+        body(), media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )  # fmt: skip
+
+
+def _plan(kind: str, event: dict[str, Any], context: LambdaContext) -> Any:
+    """The stream's checks, as the handler makes them; a refusal is a ready response."""
+    from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
+    from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+
+    from lambda_proxy import handler, streaming
+
+    t0 = time.perf_counter()
+    with HANDLER_LOCK:
+        # Where the resolver keeps them (``ApiGatewayResolver.resolve`` sets the class
+        # attributes, so that included routers see the same event).
+        BaseRouter.current_event = APIGatewayProxyEvent(event)
+        BaseRouter.lambda_context = context
+        if kind == "native":
+            adapter = event["path"][len(GENERATE_PREFIX) : -len(GENERATE_SUFFIX)]
+            plan = streaming.plan_native(adapter, t0)
+            return plan.native() if isinstance(plan, handler.Failure) else plan
+        return streaming.plan_openai(kind, t0)
+
+
+app = Starlette(
+    routes=[
+        Route("/_lwa/ready", ready, methods=["GET"]),
+        Route("/{path:path}", dispatch, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
+    ]
+)

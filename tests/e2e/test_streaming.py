@@ -1,0 +1,97 @@
+"""Streaming end to end through the local platform: client -> gateway -> the router's web app ->
+InvokeEndpointWithResponseStream -> local endpoint -> model server, and back as server-sent
+events. Events arrive before the generation ends, a client that goes away stops the generation
+in the model server, and the official ``openai`` client streams chat and completion chunks."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e.test_platform import _deployment
+
+pytestmark = pytest.mark.e2e
+# Sampled with a seed: long and reproducible (the small test base rarely ends early).
+LONG = {"inputs": "pt 45yo m c/o sob", "stream": True,
+        "parameters": {"max_new_tokens": 600, "do_sample": True, "temperature": 1.0, "seed": 7}}  # fmt: skip
+
+
+def _events(resp: httpx.Response):
+    event = "message"
+    for line in resp.iter_lines():
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: "):
+            yield event, json.loads(line[6:]), time.perf_counter()
+
+
+def _cancelled(platform) -> float:
+    for line in httpx.get(f"{platform.runtime}/metrics").text.splitlines():
+        if line.startswith('lora_rows_stopped_total{reason="cancelled"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_events_arrive_before_the_generation_ends(platform) -> None:
+    adapter = _deployment(platform).adapters[0]
+    body = {**LONG, "parameters": {**LONG["parameters"], "max_new_tokens": 120}}
+    with httpx.stream("POST", f"{platform.gateway}/v1/adapters/{adapter.name}/generate",
+                      json=body, timeout=120) as resp:  # fmt: skip
+        assert resp.status_code == 200, resp.read()
+        events = list(_events(resp))
+    tokens = [e for e in events if e[0] == "token"]
+    kind, done, t_done = events[-1]
+    assert kind == "done" and len(tokens) > 10
+    assert tokens[0][2] < t_done - 0.05, "the first token came only with the answer"
+    assert "".join(e[1]["text"] for e in tokens) == done["output"]
+    assert done["served_by"] == adapter.component_name and done["usage"]["output_tokens"] > 10
+
+
+def test_a_client_that_goes_away_stops_the_generation(platform) -> None:
+    adapter = _deployment(platform).adapters[0]
+    before = _cancelled(platform)
+    with httpx.stream("POST", f"{platform.gateway}/v1/adapters/{adapter.name}/generate",
+                      json=LONG, timeout=120) as resp:  # fmt: skip
+        assert resp.status_code == 200
+        next(e for e in _events(resp) if e[0] == "token")
+    # Leaving the block closed the connection: the model server must drop the row.
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and _cancelled(platform) <= before:
+        time.sleep(0.1)
+    assert _cancelled(platform) > before, "the generation ran on for a client that left"
+
+
+@pytest.fixture(scope="module")
+def client(platform) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{platform.gateway}/v1", api_key="unused", max_retries=0)
+
+
+def test_the_openai_client_streams_a_chat(client, platform) -> None:
+    adapter = _deployment(platform).adapters[0]
+    chunks = list(client.chat.completions.create(
+        model=adapter.name, messages=[{"role": "user", "content": "pt 45yo m c/o sob"}],
+        max_tokens=12, temperature=0, stream=True, stream_options={"include_usage": True},
+    ))  # fmt: skip
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finals = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
+    assert finals in (["stop"], ["length"])
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens <= 12
+    # The same request unstreamed gives the same text (greedy).
+    whole = client.chat.completions.create(
+        model=adapter.name, messages=[{"role": "user", "content": "pt 45yo m c/o sob"}],
+        max_tokens=12, temperature=0)  # fmt: skip
+    assert whole.choices[0].message.content == text
+
+
+def test_the_openai_client_streams_a_completion(client, platform) -> None:
+    adapter = _deployment(platform).adapters[-1]
+    chunks = list(client.completions.create(model=adapter.name, prompt="Alamak, I forgot lah",
+                                            max_tokens=8, temperature=0, stream=True))  # fmt: skip
+    assert chunks and all(c.object == "text_completion" for c in chunks)
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")

@@ -1,0 +1,206 @@
+"""The router's web app (what the Lambda Web Adapter serves): buffered requests reach the
+Powertools handler unchanged, ``stream: true`` becomes server-sent events as SageMaker produces
+them, refusals stay JSON errors, a client that goes away closes SageMaker's stream, and a
+completed deterministic stream is cached."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from lambda_proxy import handler as h
+from lambda_proxy.cache import ResponseCache
+from lambda_proxy.settings import RouterSettings
+from lambda_proxy.web import app
+from tests.lambda_proxy.conftest import ALLOWED_ROLE, TABLE, free_port, model_answer
+
+
+class FakeEventStream:
+    """What botocore returns for InvokeEndpointWithResponseStream: events, then the end."""
+
+    def __init__(self, lines: list[dict[str, Any]], delay: float, split: int = 7) -> None:
+        data = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
+        # PayloadPart chunks cut lines anywhere, as the real stream may.
+        self.chunks = [data[i : i + split] for i in range(0, len(data), split)]
+        self.delay = delay
+        self.closed = threading.Event()
+        self.sent = 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for chunk in self.chunks:
+            if self.closed.is_set():
+                raise ValueError("read of closed stream")
+            time.sleep(self.delay)
+            self.sent += 1
+            yield {"PayloadPart": {"Bytes": chunk}}
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+class FakeSageMaker:
+    def __init__(self) -> None:
+        self.streams: list[FakeEventStream] = []
+        self.requests: list[dict[str, Any]] = []
+        self.answer: dict[str, Any] | None = None
+
+    def script(self, text: str, delay: float = 0.01) -> None:
+        pieces = [text[i : i + 3] for i in range(0, len(text), 3)]
+        lines = [{"token": p} for p in pieces] + [{
+            "done": True, "generated_text": text, "adapter": "lora-test-medical",
+            "finish_reason": "stop", "usage": {"input_tokens": 4, "output_tokens": len(pieces)},
+            "artifact": {"name": "medical", "version": "1.0.0", "sha256": "0" * 64}}]  # fmt: skip
+        self.next = FakeEventStream(lines, delay)
+
+    def invoke_endpoint_with_response_stream(self, **kw: Any) -> dict[str, Any]:
+        self.requests.append(kw)
+        self.streams.append(self.next)
+        return {"Body": self.next}
+
+    def invoke_endpoint(self, **kw: Any) -> dict[str, Any]:
+        self.requests.append(kw)
+        return model_answer("buffered answer")
+
+
+@pytest.fixture
+def sagemaker(redis_client) -> Iterator[FakeSageMaker]:
+    fake = FakeSageMaker()
+    settings = RouterSettings(routing_table=TABLE, max_new_tokens_cap=256, max_body_bytes=4096)
+    cache = ResponseCache(redis_client, ttl_s=3600)
+    h.configure(h.Dependencies(settings=settings, cache=cache, client=fake, stream_client=fake))
+    yield fake
+    h.configure(None)
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(5)
+
+
+def _headers(arn: str = ALLOWED_ROLE) -> dict[str, str]:
+    context = {"requestId": f"r-{time.time_ns()}", "identity": {"userArn": arn},
+               "accountId": "123456789012", "resourcePath": "/v1/adapters/{adapter}/generate",
+               "stage": "v1"}  # fmt: skip
+    lambda_context = {"request_id": "lambda-1", "invoked_function_arn":
+                      "arn:aws:lambda:us-east-1:123456789012:function:router"}  # fmt: skip
+    return {
+        "x-amzn-request-context": json.dumps(context),
+        "x-amzn-lambda-context": json.dumps(lambda_context),
+    }
+
+
+def _events(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    event = "message"
+    for line in lines:
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: "):
+            yield event, json.loads(line[6:])
+            event = "message"
+
+
+def test_a_stream_arrives_event_by_event_before_the_generation_ends(url, sagemaker) -> None:
+    sagemaker.script("Patient is a 45-year-old male.", delay=0.05)
+    body = {"inputs": "pt 45yo m", "stream": True, "parameters": {"temperature": 0.7,
+                                                                  "do_sample": True}}  # fmt: skip
+    t0 = time.perf_counter()
+    with httpx.stream("POST", f"{url}/v1/adapters/medical/generate", json=body,
+                      headers=_headers(), timeout=30) as resp:  # fmt: skip
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        events = _events(resp.iter_lines())
+        kind, first = next(events)
+        first_at = time.perf_counter() - t0
+        rest = list(events)
+    total = time.perf_counter() - t0
+    assert kind == "token" and first["text"] == "Pat"
+    assert first_at < total / 2, "the first event waited for the whole generation"
+    kinds = [k for k, _ in rest]
+    assert kinds[-1] == "done" and set(kinds[:-1]) == {"token"}
+    text = first["text"] + "".join(e["text"] for k, e in rest if k == "token")
+    done = rest[-1][1]
+    assert text == done["output"] == "Patient is a 45-year-old male."
+    assert done["adapter"] == "medical" and done["cache"] == "bypass" and done["usage"]
+    sent = sagemaker.requests[-1]
+    assert sent["InferenceComponentName"] == "lora-test-medical"
+    assert json.loads(sent["Body"])["stream"] is True
+
+
+def test_refusals_are_json_errors_before_any_stream(url, sagemaker) -> None:
+    stream = {"inputs": "x", "stream": True}
+    forbidden = httpx.post(f"{url}/v1/adapters/medical/generate", json=stream,
+                           headers=_headers("arn:aws:sts::999999999999:assumed-role/x/y"))  # fmt: skip
+    assert forbidden.status_code == 404 and forbidden.json()["code"] == "UnknownAdapter"
+    bad = httpx.post(f"{url}/v1/adapters/medical/generate", headers=_headers(),
+                     json={**stream, "parameters": {"max_new_tokens": 100000}})  # fmt: skip
+    assert bad.status_code == 400 and "max_new_tokens" in bad.text
+    assert not sagemaker.requests, "a refused stream never reached SageMaker"
+    no_context = httpx.post(f"{url}/v1/adapters/medical/generate", json=stream)
+    assert no_context.status_code == 403
+
+
+def test_a_client_that_goes_away_closes_sagemakers_stream(url, sagemaker) -> None:
+    sagemaker.script("x" * 600, delay=0.05)  # 200 pieces, 10 s if read to the end
+    with httpx.stream("POST", f"{url}/v1/adapters/medical/generate", headers=_headers(),
+                      json={"inputs": "pt", "stream": True}, timeout=30) as resp:  # fmt: skip
+        next(_events(resp.iter_lines()))
+    stream = sagemaker.streams[-1]
+    assert stream.closed.wait(5), "the router kept reading for a client that left"
+    assert stream.sent < len(stream.chunks)
+
+
+def test_a_completed_deterministic_stream_is_cached_and_replayed(
+    url, sagemaker, redis_client
+) -> None:
+    prompt = f"pt {time.time_ns()}"
+    sagemaker.script("Patient.")
+    body = {"inputs": prompt, "stream": True}
+    with httpx.stream("POST", f"{url}/v1/adapters/medical/generate", json=body,
+                      headers=_headers(), timeout=30) as resp:  # fmt: skip
+        first = list(_events(resp.iter_lines()))
+    assert first[-1][1]["cache"] == "miss"
+    with httpx.stream("POST", f"{url}/v1/adapters/medical/generate", json=body,
+                      headers=_headers(), timeout=30) as resp:  # fmt: skip
+        again = list(_events(resp.iter_lines()))
+    assert again[-1][1]["cache"] == "hit" and again[-1][1]["output"] == "Patient."
+    assert len(sagemaker.streams) == 1, "the second answer came from the cache"
+
+
+def test_buffered_requests_reach_the_handler_unchanged(url, sagemaker) -> None:
+    r = httpx.post(f"{url}/v1/adapters/medical/generate", headers=_headers(),
+                   json={"inputs": "pt 45yo m"})  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert r.json()["output"] == "buffered answer"
+    assert httpx.get(f"{url}/v1/adapters", headers=_headers()).json()["adapters"]
+
+
+def test_openai_chunks_end_with_done(url, sagemaker) -> None:
+    sagemaker.script("Patient is well.")
+    body = {"model": "medical", "stream": True, "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": "pt well"}], "temperature": 0}  # fmt: skip
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=_headers(),
+                      timeout=30) as resp:  # fmt: skip
+        lines = [x[6:] for x in resp.iter_lines() if x.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    chunks = [json.loads(x) for x in lines[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert text == "Patient is well."
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] > 0
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
