@@ -82,6 +82,12 @@ class Tools:
 
         return launch(adapter, env, role, dry_run=False, wait=True)  # type: ignore[return-value]
 
+    def training_job(self, name: str, region: str) -> dict[str, Any]:
+        """DescribeTrainingJob: what publish checks an archive's recorded verdict against."""
+        from training.publish import job_metrics
+
+        return job_metrics(name, region)
+
     def smoke(self, env: str) -> int:
         from infra.smoke import main
 
@@ -97,6 +103,9 @@ class Release:
     environments_dir: Path = ENVIRONMENTS_DIR
     archives: Path = ROOT / ".artifacts" / "adapters"
     training_role: str | None = None
+    #: The base weights, for publish to evaluate archives again (those of training jobs carry
+    #: the job's recorded metrics instead).
+    base_dir: Path | None = None
     dry_run: bool = False
     synth: Callable[[Path], dict[str, dict]] | None = None
     log: Callable[[str], None] = print
@@ -387,7 +396,8 @@ class Release:
             try:
                 publish(archive, a.name, self.env, bucket=self.bucket, s3=self.s3,
                         catalog=self.catalog, environments_dir=self.environments_dir,
-                        record_uri=False, kms_key=self._kms_key())  # fmt: skip
+                        record_uri=False, kms_key=self._kms_key(), base_dir=self.base_dir,
+                        describe_job=self.tools.training_job)  # fmt: skip
             except PublishError as exc:
                 raise ReleaseError(f"{a.name}: {exc}") from None
         if missing:
@@ -455,6 +465,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="SageMaker execution role for adapters that have no archive")  # fmt: skip
     ap.add_argument("--archives", type=Path, default=ROOT / ".artifacts" / "adapters",
                     help="where NAME.tar.gz archives are looked for")  # fmt: skip
+    ap.add_argument("--base-dir", type=Path, default=None,
+                    help="the base weights, for publish to evaluate archives at hand again "
+                    "(a training job's archive is checked against the job's recorded metrics)")  # fmt: skip
     ap.add_argument("--catalog", type=Path, default=CATALOG_PATH)
     ap.add_argument("--environments-dir", type=Path, default=ENVIRONMENTS_DIR)
     args = ap.parse_args(argv)
@@ -467,7 +480,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         release = Release(args.env, boto3.Session(), catalog=args.catalog,
                           environments_dir=args.environments_dir, archives=args.archives,
-                          training_role=args.training_role, dry_run=args.dry_run)  # fmt: skip
+                          training_role=args.training_role, base_dir=args.base_dir,
+                          dry_run=args.dry_run)  # fmt: skip
         outcome = release.run(only)
     except ReleaseError as exc:
         print(f"release failed: {exc}", file=sys.stderr)

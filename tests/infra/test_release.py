@@ -113,6 +113,9 @@ class FakeTools(Tools):
         )
         return f"s3://{self.release.bucket}/{key}"
 
+    def training_job(self, name: str, region: str) -> dict:
+        return job_record(name, region)
+
     def smoke(self, env: str) -> int:
         self.calls.append(("smoke", env))
         return 0
@@ -134,8 +137,27 @@ def _fake_tokenizer_sha256() -> str:
         return tokenizer_sha256(fake_base(Path(tmp)))
 
 
+GATE = {"metric": "chrf", "beats_base": True, "publishable": True, "failures": [],
+        "adapter": {"score": 60.0}, "base": {"score": 10.0}, "bootstrap": {"ci_low": 42.5}}  # fmt: skip
+
+
+def job_name(adapter: str) -> str:
+    return f"lora-dev-{adapter}-job"
+
+
+def job_record(name: str, region: str) -> dict:
+    """What DescribeTrainingJob answers for the job that made ``make_archive``'s archive."""
+    adapter = name.removeprefix("lora-dev-").removesuffix("-job")
+    metrics = {"adapter_score": 60.0, "base_score": 10.0, "ci_low": 42.5, "publishable": 1.0}
+    return {"TrainingJobName": name, "TrainingJobStatus": "Completed",
+            "HyperParameters": {"adapter": adapter, "version": "1.0.0"},
+            "FinalMetricDataList": [{"MetricName": f"gate:{k}", "Value": v}
+                                    for k, v in metrics.items()]}  # fmt: skip
+
+
 def make_archive(directory: Path, name: str, dep) -> Path:
-    """An adapter archive that passes publish's gates for ``dep``'s base."""
+    """An adapter archive that passes publish's gates for ``dep``'s base: the output of a
+    training job whose recorded metrics (``job_record``) agree with its manifest."""
     entry = dep.adapter(name).entry
     work = directory / name
     work.mkdir(parents=True, exist_ok=True)
@@ -145,8 +167,7 @@ def make_archive(directory: Path, name: str, dep) -> Path:
         "name": name, "version": entry.version,
         "base": {"model_id": dep.base.model_id, "revision": dep.base.revision,
                  "tokenizer_sha256": _fake_tokenizer_sha256()},
-        "eval": {"metric": "chrf", "beats_base": True, "adapter": {"score": 60.0},
-                 "base": {"score": 10.0}},
+        "eval": GATE, "training": {"job_name": job_name(name)},
     })  # fmt: skip
     archive = directory / f"{name}.tar.gz"
     pack(work, archive)
@@ -292,3 +313,20 @@ def test_credentials_of_another_account_are_refused(setup, tmp_path) -> None:
     (envs / "dev.yaml").write_text(yaml.safe_dump(data))
     with pytest.raises(ReleaseError, match="account 999999999999"):
         setup["release"]()
+
+
+def test_an_archive_whose_job_recorded_a_failed_gate_is_not_published(setup, monkeypatch) -> None:
+    """The archive's manifest says publishable; SageMaker's record of its job says not."""
+    first = setup["with_archive"][0]
+
+    def recorded(name: str, region: str) -> dict:
+        record = job_record(name, region)
+        if name == job_name(first):
+            for m in record["FinalMetricDataList"]:
+                if m["MetricName"] == "gate:publishable":
+                    m["Value"] = 0.0
+        return record
+
+    monkeypatch.setattr(setup["tools"], "training_job", recorded)
+    with pytest.raises(ReleaseError, match=f"{first}: adapter '{first}' is not publishable"):
+        setup["release"]().run(only=("stacks", "adapters"))
