@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from runtime.lora import TARGETABLE
@@ -173,6 +174,21 @@ def check_config(cfg: dict[str, Any]) -> None:
         raise AdapterError("adapter_config.json field 'target_modules' must be names (strings)")
 
 
+def _float32(t: torch.Tensor, module: str, which: str) -> np.ndarray:
+    """A LoRA matrix as contiguous float32, converted with NumPy.
+
+    Registration runs off the engine thread, and no thread but the engine's may run parallel
+    tensor code on the CPU (``Engine.start`` says why), so the checks and conversions here use
+    NumPy. bfloat16 has no NumPy type: its bits are the upper half of a float32's.
+    """
+    if t.dtype == torch.bfloat16:
+        bits = t.contiguous().view(torch.int16).numpy().astype(np.uint16).astype(np.uint32)
+        return np.ascontiguousarray((bits << 16).view(np.float32))
+    if t.dtype in (torch.float32, torch.float16, torch.float64):
+        return np.ascontiguousarray(t.numpy(), dtype=np.float32)
+    raise AdapterError(f"module {module!r}: lora_{which} is {t.dtype}, not a float type")
+
+
 def _load_tensors(directory: Path) -> dict[str, torch.Tensor]:
     st = directory / "adapter_model.safetensors"
     if st.is_file():
@@ -330,13 +346,14 @@ def load_adapter(name: str, directory: Path, base: BaseIdentity) -> LoadedAdapte
                 f"module {module!r}: lora_A {tuple(a.shape)} / lora_B {tuple(b.shape)} do not fit "
                 f"the base ({fan_out}x{fan_in}) at rank {mr}"
             )
-        if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        a32, b32 = _float32(a, module, "A"), _float32(b, module, "B")
+        if not (np.isfinite(a32).all() and np.isfinite(b32).all()):
             raise AdapterError(f"module {module!r}: weights contain NaN or infinity")
-        if max(float(a.abs().max()), float(b.abs().max())) > MAX_WEIGHT:
+        if max(float(np.abs(a32).max()), float(np.abs(b32).max())) > MAX_WEIGHT:
             raise AdapterError(f"module {module!r}: weights exceed {MAX_WEIGHT:g} in magnitude")
         ma = float(_pattern_value(cfg.get("alpha_pattern") or {}, module, alpha))
         scale = ma / math.sqrt(mr) if use_rslora else ma / mr
-        weights[module] = (a.float().contiguous(), b.float().contiguous(), scale)
+        weights[module] = (torch.from_numpy(a32), torch.from_numpy(b32), scale)
 
     version = (manifest or {}).get("version") or cfg.get("revision")
     return LoadedAdapter(

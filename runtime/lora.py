@@ -1,13 +1,24 @@
 """Batched multi-adapter LoRA for linear layers: every row of a batch may use its own adapter.
 
 Each wrapped projection keeps the device-resident adapters' A/B matrices per slot. For a batch,
-the rows are grouped by adapter once per batch composition (``BatchContext``), and each group's
-delta is two batched matrix products in which every row is its own item: ``bmm`` of the row
-against a stride-0 expanded view of its adapter's A and B. No weight is copied per row (a
-per-row gather of A and B costs rows x rank x (in + out) per projection: gigabytes for a 4B
-model at batch 16), and the launches per layer grow with the adapters in the batch, not with
-its rows. No library offers multi-adapter batches for transformers models except PEFT's
-``adapter_names=`` loop, whose arithmetic depends on the batch (below), hence this module.
+every row's delta is two batched matrix products in which the row is its own item (``bmm``), in
+one of two ways, chosen per layer and batch composition:
+
+- gathered: each row's A and B are copied into one stack once per batch composition (cached
+  until it changes, as Punica's SGMV and S-LoRA index per-row weights in custom GPU kernels),
+  then two ``bmm`` calls serve the whole batch, however many adapters it mixes;
+- grouped: the rows are grouped by adapter, and each group's ``bmm`` runs against a stride-0
+  expanded view of its adapter's A and B: no copies, one pair of calls per adapter.
+
+Gathering costs rows x rank x (in + out) per projection (gigabytes for a 4B model at rank 64
+and batch 16), so it is used only while the copies fit ``gather_budget`` bytes (the engine's
+``OPTION_LORA_GATHER_BYTES``, shared by all layers), every adapter of the batch has the same
+rank (a zero-padded rank would change the products' bits), and the composition has already run
+``GATHER_AFTER`` steps unchanged: under continuous batching rows join and leave often, and a
+copy made for one step costs more than it saves. Otherwise the layer groups. Both give each
+row the same bits, so a row may change paths between steps. No library offers multi-adapter
+batches for transformers models except PEFT's ``adapter_names=`` loop, whose arithmetic depends
+on the batch (below), hence this module.
 
 Why one item per row. A float32 ``linear`` over M rows does not give each row the bits it
 gets alone: the matrix kernel's blocking depends on M. Measured on this machine, rows differ
@@ -36,6 +47,9 @@ TARGETABLE = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "d
 #: The dtype LoRA weights are kept and computed in, whatever the base's (PEFT's choice).
 LORA_DTYPE = torch.float32
 
+#: Steps a batch composition must have run unchanged before layers copy per-row weights.
+GATHER_AFTER = 2
+
 #: One adapter's rows in a batch: its slot, and the row indices (None: every row).
 Group = tuple[int, torch.Tensor | None]
 
@@ -49,13 +63,21 @@ class BatchContext:
     """
 
     rows: tuple[int | None, ...] = ()
+    #: Changes with every new composition; layers key their gathered copies on it.
+    version: int = 0
+    #: Forward passes the current composition has run unchanged before this one.
+    stable: int = 0
     _groups: dict[torch.device, list[Group]] = field(default_factory=dict, repr=False)
 
     def set_rows(self, rows: list[int | None] | tuple[int | None, ...]) -> None:
         rows = tuple(rows)
         if rows != self.rows:
             self.rows = rows
+            self.version += 1
+            self.stable = 0
             self._groups = {}
+        else:
+            self.stable += 1
 
     def groups(self, device: torch.device) -> list[Group]:
         """(slot, row indices) per adapter in the batch, in order of first appearance."""
@@ -81,11 +103,14 @@ class SlotWeights:
 class MultiLoraLinear(nn.Module):
     """A frozen ``nn.Linear`` plus per-slot LoRA weights applied per row."""
 
-    def __init__(self, base: nn.Linear, ctx: BatchContext) -> None:
+    def __init__(self, base: nn.Linear, ctx: BatchContext, gather_budget: int = 0) -> None:
         super().__init__()
         self.base_layer = base
         self.ctx = ctx
         self.slots: dict[int, SlotWeights] = {}
+        #: Bytes this layer may spend on per-row copies of A and B (0: always group).
+        self.gather_budget = gather_budget
+        self._gathered: tuple[int, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     @property
     def in_features(self) -> int:
@@ -104,6 +129,32 @@ class MultiLoraLinear(nn.Module):
             self.slots.pop(slot, None)
         else:
             self.slots[slot] = weights
+        self._gathered = None
+
+    def _gather(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """Every row's A and B (zeros for rows this layer does not adapt) and scale, stacked;
+        None when the copies would exceed the budget or the ranks differ."""
+        ctx = self.ctx
+        if self._gathered is not None and self._gathered[0] == ctx.version:
+            return self._gathered[1:]
+        used = [self.slots[s] for s in dict.fromkeys(ctx.rows) if s in self.slots]
+        ranks = {w.a.shape[0] for w in used}
+        if len(ranks) != 1:
+            return None
+        (r,) = ranks
+        if len(ctx.rows) * r * (self.in_features + self.out_features) * 4 > self.gather_budget:
+            return None
+        zero_a = x.new_zeros((r, self.in_features), dtype=LORA_DTYPE)
+        zero_b = x.new_zeros((self.out_features, r), dtype=LORA_DTYPE)
+        picked = [self.slots.get(s) if s is not None else None for s in ctx.rows]
+        a = torch.stack([w.a if w is not None else zero_a for w in picked])
+        b = torch.stack([w.b if w is not None else zero_b for w in picked])
+        scale = torch.tensor([w.scale if w is not None else 0.0 for w in picked],
+                             dtype=LORA_DTYPE, device=x.device).view(-1, 1, 1)  # fmt: skip
+        # The transposed views keep each item's layout that of ``w.a.T`` (a contiguous copy of
+        # the transpose would run another kernel, with other bits).
+        self._gathered = (ctx.version, a.transpose(1, 2), b.transpose(1, 2), scale)
+        return self._gathered[1:]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         result = self.base_layer(x)
@@ -115,16 +166,24 @@ class MultiLoraLinear(nn.Module):
         squeeze = x.dim() == 2
         h = (x.unsqueeze(1) if squeeze else x).to(LORA_DTYPE)
         out = result.unsqueeze(1) if squeeze else result
+        # Prompts (more than one position per row) go row by row: a batched product of
+        # several rows' [positions x rank] blocks changed the second product's bits (measured
+        # here), while one position per row (decoding) gives every row its own bits in a batch.
+        prefill = h.shape[1] > 1
+        worth = len(groups) > 1 and self.gather_budget and self.ctx.stable >= GATHER_AFTER
+        gathered = self._gather(x) if worth and not prefill else None
+        if gathered is not None:
+            a, b, scale = gathered
+            delta = torch.bmm(torch.bmm(h, a), b) * scale
+            out = (out + delta).to(result.dtype)
+            return out.squeeze(1) if squeeze else out
         for slot, index in groups:
             w = self.slots.get(slot)
             if w is None:  # this adapter does not target this layer
                 continue
             part = h if index is None else h.index_select(0, index)
-            n = part.shape[0]
-            # PEFT's lora_B(lora_A(x)) * scaling, one bmm item per row (see the module doc).
-            delta = torch.bmm(
-                torch.bmm(part, w.a.T.expand(n, *w.a.T.shape)), w.b.T.expand(n, *w.b.T.shape)
-            ) * w.scale  # fmt: skip
+            delta = _delta(part, w) if not prefill else torch.cat(
+                [_delta(part[i : i + 1], w) for i in range(part.shape[0])])  # fmt: skip
             if index is None:
                 out = (out + delta).to(result.dtype)
             else:
@@ -132,16 +191,30 @@ class MultiLoraLinear(nn.Module):
         return out.squeeze(1) if squeeze else out
 
 
-def inject(model: nn.Module, ctx: BatchContext) -> dict[str, MultiLoraLinear]:
-    """Wrap every targetable projection of ``model`` in place; returns them by module name."""
-    wrapped: dict[str, MultiLoraLinear] = {}
-    for name, module in list(model.named_modules()):
-        leaf = name.rsplit(".", 1)[-1]
-        if leaf in TARGETABLE and isinstance(module, nn.Linear):
-            parent = model.get_submodule(name.rsplit(".", 1)[0])
-            layer = MultiLoraLinear(module, ctx)
-            setattr(parent, leaf, layer)
-            wrapped[name] = layer
-    if not wrapped:
+def _delta(part: torch.Tensor, w: SlotWeights) -> torch.Tensor:
+    """PEFT's ``lora_B(lora_A(x)) * scaling``, one ``bmm`` item per row (see the module doc)."""
+    n = part.shape[0]
+    first = torch.bmm(part, w.a.T.expand(n, *w.a.T.shape))
+    return torch.bmm(first, w.b.T.expand(n, *w.b.T.shape)) * w.scale
+
+
+def inject(
+    model: nn.Module, ctx: BatchContext, gather_budget: int = 0
+) -> dict[str, MultiLoraLinear]:
+    """Wrap every targetable projection of ``model`` in place; returns them by module name.
+    ``gather_budget`` bytes of per-row copies are shared evenly by the wrapped layers."""
+    targets = [
+        (name, module)
+        for name, module in model.named_modules()
+        if name.rsplit(".", 1)[-1] in TARGETABLE and isinstance(module, nn.Linear)
+    ]
+    if not targets:
         raise ValueError("the base model has no LoRA-targetable projections (q_proj, ...)")
+    share = gather_budget // len(targets)
+    wrapped: dict[str, MultiLoraLinear] = {}
+    for name, module in targets:
+        parent_name, leaf = name.rsplit(".", 1)
+        layer = MultiLoraLinear(module, ctx, share)
+        setattr(model.get_submodule(parent_name), leaf, layer)
+        wrapped[name] = layer
     return wrapped

@@ -10,8 +10,9 @@ of the batch fit in the device slots. Rows that finish leave the batch between s
 Adapters make one more rule necessary. A request whose adapter needs a device slot that no
 one can free (every slot holds an adapter with running rows) would wait for ever if requests
 for the resident adapters kept joining. So the scheduler picks one running adapter to
-*drain* (the one with the fewest running rows): its new requests wait until its rows finish
-and its slot can be given to the blocked request, while every other adapter keeps serving.
+*drain*: the one whose rows will be done soonest (the fewest tokens left to their longest
+row, then the fewest rows). Its new requests wait until its rows finish and its slot can be
+given to the blocked request, while every other adapter keeps serving.
 
 ``continuous=False`` is the old static-wave scheduler (a batch forms only when the previous
 one has finished), kept for the side-by-side benchmark.
@@ -94,7 +95,7 @@ class Scheduler:
             admitted.append(req)
             tokens += len(req.input_ids)
             room -= 1
-        self._choose_drain(blocked, rows)
+        self._choose_drain(blocked, running)
         return admitted
 
     def _hopeless(self, req: GenRequest, now: float) -> EngineError | None:
@@ -106,15 +107,19 @@ class Scheduler:
             return EngineError(404, f"adapter {req.adapter!r} is not registered")
         return None
 
-    def _choose_drain(self, blocked: bool, rows: Counter[str | None]) -> None:
+    def _choose_drain(self, blocked: bool, running: list[GenRequest]) -> None:
         """Keep draining the same adapter until its rows are gone; pick a new one only when a
         request is blocked and nothing drains yet. Pinned adapters never leave their slot, so
         draining one would free nothing."""
         if not blocked:
             self.draining = None
             return
-        if self.draining in rows:
+        left: dict[str, list[int]] = {}
+        for r in running:
+            if r.adapter is not None and not self.cache.pinned(r.adapter):
+                remaining = r.params.max_new_tokens - len(r.output_ids)
+                left.setdefault(r.adapter, []).append(remaining)
+        if self.draining in left:
             return
-        candidates = [(n, name) for name, n in rows.items()
-                      if name is not None and not self.cache.pinned(name)]  # fmt: skip
-        self.draining = min(candidates)[1] if candidates else None
+        candidates = [(max(v), len(v), name) for name, v in left.items()]
+        self.draining = min(candidates)[2] if candidates else None

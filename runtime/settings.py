@@ -59,6 +59,10 @@ class Settings:
     #: bfloat16 row's output does not depend on the padding its batch neighbours bring
     #: (PyTorch's SDPA kernels change the last bit with the key length; see README).
     attention: str = "sdpa"
+    #: Bytes the LoRA layers may spend on per-row copies of A and B, to serve a batch that
+    #: mixes adapters with two matrix products per layer (``runtime.lora``); beyond it they
+    #: group rows by adapter instead.
+    lora_gather_bytes: int = 256 * 1024**2
 
     def __post_init__(self) -> None:
         if self.attention not in ("sdpa", "eager"):
@@ -96,4 +100,5 @@ class Settings:
             max_prefill_tokens=_int("OPTION_MAX_PREFILL_TOKENS", 4096),
             scheduler=os.environ.get("OPTION_SCHEDULER", "continuous"),
             attention=os.environ.get("OPTION_ATTENTION", "sdpa"),
+            lora_gather_bytes=_int("OPTION_LORA_GATHER_BYTES", 256 * 1024**2),
         )

@@ -151,3 +151,22 @@ def test_cancelled_late_and_unregistered_requests_fail_out_of_the_queue() -> Non
         id(unknown): 404,
     }
     assert not s.waiting
+
+
+def test_the_adapter_drained_is_the_one_done_soonest() -> None:
+    """Draining an adapter whose row has 250 tokens to go would keep the blocked request
+    waiting for them; the one with 5 to go frees its slot first, though it has more rows."""
+    cache = FakeCache(slots=2, registered={"a", "b", "c"})
+    s = Scheduler(cache, max_batch_size=16)
+    long_a = request("a")
+    long_a.params = GenParams(max_new_tokens=256)
+    short_b = [request("b"), request("b")]
+    for r in short_b:
+        r.params = GenParams(max_new_tokens=8)
+        r.output_ids = [1, 2, 3]
+    for r in (long_a, *short_b):
+        s.add(r)
+    running, _ = run(s, running=[])
+    s.add(request("c"))
+    run(s, running)
+    assert s.draining == "b"
