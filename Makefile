@@ -66,7 +66,7 @@ release: $(PY)  ## deploy in order: stacks, image, base weights, adapter archive
 smoke: $(PY)  ## invoke every adapter once through the deployed router: make smoke ENV=prod [URL=...]
 	$(PY) -m infra.smoke --env $(ENV) $(if $(URL),--url $(URL),)
 
-bench: setup  ## benchmarks (each prints a table and writes benchmarks/RESULTS.md)
+bench: setup  ## benchmarks (each prints a table and writes benchmarks/RESULTS.md); benchmarks/startup.py (about an hour) runs alone
 	$(PY) benchmarks/serving.py
 	$(PY) benchmarks/router.py
 	$(PY) benchmarks/synth_scale.py
