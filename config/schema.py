@@ -364,6 +364,10 @@ class CacheConfig(_Strict):
         return self
 
 
+#: Seconds a stream's deadline leaves before the Lambda's and the gateway's timeouts.
+STREAM_MARGIN_S = 10
+
+
 class RouterConfig(_Strict):
     provisioned_concurrency: int = Field(default=0, ge=0)
     reserved_concurrency: int = Field(
@@ -410,11 +414,18 @@ class RouterConfig(_Strict):
 
     @model_validator(mode="after")
     def _deadline(self) -> RouterConfig:
-        for name in ("invoke_deadline_s", "stream_deadline_s"):
-            if getattr(self, name) >= min(self.timeout_s, self.gateway_timeout_s):
-                raise ValueError(
-                    f"{name} must be shorter than the Lambda timeout_s and the gateway_timeout_s"
-                )
+        ceiling = min(self.timeout_s, self.gateway_timeout_s)
+        if self.invoke_deadline_s >= ceiling:
+            raise ValueError(
+                "invoke_deadline_s must be shorter than the Lambda timeout_s and the "
+                "gateway_timeout_s"
+            )
+        # A stream reports its deadline in an error event; that needs time left after it.
+        if self.stream_deadline_s + STREAM_MARGIN_S > ceiling:
+            raise ValueError(
+                f"stream_deadline_s must end at least {STREAM_MARGIN_S} s before the Lambda "
+                "timeout_s and the gateway_timeout_s"
+            )
         if self.provisioned_concurrency > self.reserved_concurrency:
             raise ValueError("provisioned_concurrency exceeds reserved_concurrency")
         return self

@@ -51,6 +51,8 @@ class StreamPlan:
     t0: float
     include_usage: bool = False
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: API Gateway's request id, taken while planning (the handler's current event is shared).
+    request_id: str | None = None
 
 
 def plan_native(adapter: str, t0: float) -> StreamPlan | handler.Failure:
@@ -88,7 +90,7 @@ def _admit(kind: str, adapter: str, auth: tuple, req: Any, t0: float) -> StreamP
     if isinstance(prep, handler.Failure):
         return prep
     hit, status = handler.lookup(prep)
-    return StreamPlan(kind, adapter, prep, status, hit, t0)
+    return StreamPlan(kind, adapter, prep, status, hit, t0, request_id=handler._request_id())
 
 
 class Stream:
@@ -132,6 +134,11 @@ class Stream:
             body = self._body
         if body is not None:
             try:
+                # A read blocked in another thread does not wake on close(); urllib3 2.3+
+                # has shutdown() for exactly that.
+                raw = getattr(body, "_raw_stream", None)
+                if hasattr(raw, "shutdown"):
+                    raw.shutdown()
                 body.close()
             except Exception as exc:  # closing a broken connection: nothing left to free
                 handler.logger.debug("closing the model stream: %s", exc)
@@ -149,23 +156,24 @@ class Stream:
         deadline = time.monotonic() + handler.deps().settings.stream_deadline_s
         t_model = time.perf_counter()
         while not self._cancelled.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.cancel()
+                yield from fmt.error(InvokeError(504, "the stream exceeded its deadline",
+                                                 "Timeout"))  # fmt: skip
+                return
             try:
-                item = self._queue.get(timeout=KEEPALIVE_S)
+                item = self._queue.get(timeout=min(KEEPALIVE_S, left))
             except queue.Empty:
-                if time.monotonic() > deadline:
-                    self.cancel()
-                    yield from fmt.error(InvokeError(504, "the stream exceeded its deadline",
-                                                     "Timeout"))  # fmt: skip
-                    return
-                yield b": keep-alive\n\n"
+                if time.monotonic() < deadline:
+                    yield b": keep-alive\n\n"
                 continue
             if item is _END:
                 if not self._cancelled.is_set():
-                    cut = InvokeError(502, "the model stream ended early", "StreamError")
-                    yield from fmt.error(cut)
+                    yield from fmt.error(InvokeError(502, "the model stream ended early",
+                                                     "StreamError"))  # fmt: skip
                 return
             if isinstance(item, InvokeError):
-                _count(f"Error{item.status}")
                 yield from fmt.error(item)
                 return
             if "error" in item:
@@ -237,6 +245,7 @@ class _Format:
     def done(self, result: dict[str, Any], model_ms: float) -> Iterator[bytes]:
         p = self.plan
         native = handler.answer(p.model, p.prep.version, result, p.status, p.t0, model_ms)
+        native["request_id"] = p.request_id
         if p.kind == "native":
             yield sse(native, event="done")
             return
@@ -257,8 +266,10 @@ class _Format:
         yield from self.done(hit, 0.0)
 
     def error(self, exc: InvokeError) -> Iterator[bytes]:
-        handler.logger.warning("stream failed", extra={"adapter": self.plan.model,
-                                                       "code": exc.code})  # fmt: skip
+        # After the 200 status: API Gateway logs a success, so the failure is counted here.
+        _count(f"StreamError{exc.status}")
+        where = {"adapter": self.plan.model, "code": exc.code, "request_id": self.plan.request_id}
+        handler.logger.warning("stream failed", extra=where)
         if self.plan.kind == "native":
             yield sse({"error": exc.message, "status": exc.status, "code": exc.code},
                       event="error")  # fmt: skip

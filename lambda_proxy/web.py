@@ -24,6 +24,7 @@ The local gateway runs this same app, in process, behind its API Gateway stand-i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -31,11 +32,17 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from starlette.applications import Starlette
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+# Imported, and their clients built (``warm``), when the function starts, so that a
+# provisioned environment has paid for them before its first request.
+from lambda_proxy import handler, streaming
 
 REQUEST_CONTEXT = "x-amzn-request-context"
 LAMBDA_CONTEXT = "x-amzn-lambda-context"
@@ -58,6 +65,8 @@ class LambdaContext:
     function_version: str = "$LATEST"
     memory_limit_in_mb: int = 512
     deadline_ms: int = 0
+    #: This invocation's X-Ray trace header (the Lambda's segment, not API Gateway's).
+    xray_trace_id: str | None = None
 
     @classmethod
     def from_header(cls, raw: str | None) -> LambdaContext:
@@ -75,6 +84,7 @@ class LambdaContext:
             function_version=str(env.get("version") or "$LATEST"),
             memory_limit_in_mb=int(env.get("memory") or 512),
             deadline_ms=int(data.get("deadline") or 0),
+            xray_trace_id=str(data["xray_trace_id"]) if data.get("xray_trace_id") else None,
         )  # fmt: skip
 
     def get_remaining_time_in_millis(self) -> int:
@@ -139,10 +149,12 @@ async def dispatch(request: Request) -> Response:
         return JSONResponse({"error": "malformed request context", "status": 400},
                             status_code=400)  # fmt: skip
     lambda_context = LambdaContext.from_header(request.headers.get(LAMBDA_CONTEXT))
-    trace = request.headers.get("x-amzn-trace-id")
-    if trace:
-        # What the Lambda runtime sets for each invocation; X-Ray (Powertools' tracer) reads it.
-        os.environ["_X_AMZN_TRACE_ID"] = trace
+    # What the Lambda runtime sets for each invocation, and X-Ray (Powertools' tracer) reads:
+    # this invocation's own trace header, never the previous one's.
+    if lambda_context.xray_trace_id:
+        os.environ["_X_AMZN_TRACE_ID"] = lambda_context.xray_trace_id
+    else:
+        os.environ.pop("_X_AMZN_TRACE_ID", None)
     try:
         body = (await request.body()).decode() or None
     except UnicodeDecodeError:
@@ -152,20 +164,22 @@ async def dispatch(request: Request) -> Response:
     if kind is not None:
         return await _stream(kind, event, lambda_context)
     result = await run_in_threadpool(_buffered, event, lambda_context)
-    return Response(result.get("body") or "", status_code=result["statusCode"],
-                    headers=result.get("headers") or {})  # fmt: skip
+    response = Response(result.get("body") or "", status_code=result["statusCode"])
+    # Powertools' REST resolver answers with multiValueHeaders; a plain error with headers.
+    for name, values in (result.get("multiValueHeaders") or {}).items():
+        for value in values:
+            response.headers.append(name, str(value))
+    for name, value in (result.get("headers") or {}).items():
+        response.headers[name] = str(value)
+    return response
 
 
 def _buffered(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    from lambda_proxy.handler import handler
-
     with HANDLER_LOCK:
-        return handler(event, context)
+        return handler.handler(event, context)
 
 
 async def _stream(kind: str, event: dict[str, Any], context: LambdaContext) -> Response:
-    from lambda_proxy import streaming
-
     plan = await run_in_threadpool(_plan, kind, event, context)
     if not isinstance(plan, streaming.StreamPlan):
         return Response(plan.body or "", status_code=plan.status_code,
@@ -186,28 +200,45 @@ async def _stream(kind: str, event: dict[str, Any], context: LambdaContext) -> R
 
 
 def _plan(kind: str, event: dict[str, Any], context: LambdaContext) -> Any:
-    """The stream's checks, as the handler makes them; a refusal is a ready response."""
-    from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
-    from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
-
-    from lambda_proxy import handler, streaming
-
+    """The stream's checks, as the handler makes them; a refusal is a ready response. The
+    metrics the checks counted are flushed here, under the lock: the buffered handler's
+    decorator flushes them per request, and a stream must not leave them to the next one."""
     t0 = time.perf_counter()
     with HANDLER_LOCK:
         # Where the resolver keeps them (``ApiGatewayResolver.resolve`` sets the class
         # attributes, so that included routers see the same event).
         BaseRouter.current_event = APIGatewayProxyEvent(event)
         BaseRouter.lambda_context = context
-        if kind == "native":
-            adapter = event["path"][len(GENERATE_PREFIX) : -len(GENERATE_SUFFIX)]
-            plan = streaming.plan_native(adapter, t0)
-            return plan.native() if isinstance(plan, handler.Failure) else plan
-        return streaming.plan_openai(kind, t0)
+        try:
+            if kind == "native":
+                adapter = event["path"][len(GENERATE_PREFIX) : -len(GENERATE_SUFFIX)]
+                plan = streaming.plan_native(adapter, t0)
+                return plan.native() if isinstance(plan, handler.Failure) else plan
+            return streaming.plan_openai(kind, t0)
+        finally:
+            handler.metrics.flush_metrics(raise_on_empty_metrics=False)
+
+
+def warm() -> None:
+    """Build the router's clients (and read the cache's secret) before the first request; a
+    failure here is left for that request to report."""
+    try:
+        handler.deps()
+    except Exception as exc:  # a missing table or secret answers 500 on the first request
+        handler.logger.warning("router dependencies not ready at start", extra={"reason": str(exc)})
+
+
+@contextlib.asynccontextmanager
+async def lifespan(_app: Starlette):
+    if os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):  # on Lambda; the local gateway configures
+        await run_in_threadpool(warm)
+    yield
 
 
 app = Starlette(
     routes=[
         Route("/_lwa/ready", ready, methods=["GET"]),
         Route("/{path:path}", dispatch, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
-    ]
+    ],
+    lifespan=lifespan,
 )

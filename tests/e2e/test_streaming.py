@@ -72,20 +72,19 @@ def client(platform) -> openai.OpenAI:
 
 def test_the_openai_client_streams_a_chat(client, platform) -> None:
     adapter = _deployment(platform).adapters[0]
-    chunks = list(client.chat.completions.create(
-        model=adapter.name, messages=[{"role": "user", "content": "pt 45yo m c/o sob"}],
-        max_tokens=12, temperature=0, stream=True, stream_options={"include_usage": True},
-    ))  # fmt: skip
+    # Sampled with a seed: never cached, and the same text however it is delivered.
+    ask = {"model": adapter.name, "messages": [{"role": "user", "content": "pt 45yo m c/o sob"}],
+           "max_tokens": 12, "temperature": 0.8, "seed": 21}  # fmt: skip
+    stream = client.chat.completions.create(**ask, stream=True,
+                                            stream_options={"include_usage": True})  # fmt: skip
+    chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    finals = [
-        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
-    ]
+    finals = [c.choices[0].finish_reason for c in chunks
+              if c.choices and c.choices[0].finish_reason]  # fmt: skip
     assert finals in (["stop"], ["length"])
-    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens <= 12
-    # The same request unstreamed gives the same text (greedy).
-    whole = client.chat.completions.create(
-        model=adapter.name, messages=[{"role": "user", "content": "pt 45yo m c/o sob"}],
-        max_tokens=12, temperature=0)  # fmt: skip
+    assert chunks[-1].usage is not None and 0 < chunks[-1].usage.completion_tokens <= 12
+    assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) > 1
+    whole = client.chat.completions.create(**ask)  # the same request, unstreamed
     assert whole.choices[0].message.content == text
 
 

@@ -48,18 +48,30 @@ def test_every_route_streams_through_the_web_adapter(dev_templates) -> None:
     methods = resources(template, "AWS::ApiGateway::Method").values()
     integrations = [m["Properties"]["Integration"] for m in methods]
     assert len(integrations) == 6
+    (alias,) = resources(template, "AWS::Lambda::Alias")
     for integration in integrations:
         assert integration["Type"] == "AWS_PROXY"
         assert integration["ResponseTransferMode"] == "STREAM"
         assert integration["TimeoutInMillis"] == router.gateway_timeout_s * 1000
-        uri = "".join(p if isinstance(p, str) else "" for p in integration["Uri"]["Fn::Join"][1])
+        parts = integration["Uri"]["Fn::Join"][1]
+        uri = "".join(p if isinstance(p, str) else "" for p in parts)
         assert "/2021-11-15/functions/" in uri and uri.endswith("/response-streaming-invocations")
+        assert {"Ref": alias} in parts, "the API calls the live alias (provisioned concurrency)"
     (fn,) = resources(template, "AWS::Lambda::Function").values()
     props = fn["Properties"]
     assert props["Handler"] == "run.sh" and props["Timeout"] == router.timeout_s
+    assert props["Architectures"] == ["arm64"], "the layer is the adapter's Arm64 build"
     variables = props["Environment"]["Variables"]
     assert variables["AWS_LAMBDA_EXEC_WRAPPER"] == "/opt/bootstrap"
     assert variables["AWS_LWA_INVOKE_MODE"] == "response_stream"
+    from starlette.testclient import TestClient
+
+    from lambda_proxy.web import app
+
+    # The adapter's readiness check reaches a route of the web app on its port.
+    ready = TestClient(app).get(variables["AWS_LWA_READINESS_CHECK_PATH"])
+    assert ready.status_code == 200
+    assert variables["AWS_LWA_PORT"] == "8080"
     assert float(variables["STREAM_DEADLINE_S"]) < router.timeout_s
     (layer,) = props["Layers"]
     arn = "".join(p if isinstance(p, str) else "<region>" for p in layer["Fn::Join"][1])

@@ -25,15 +25,17 @@ from tests.lambda_proxy.conftest import ALLOWED_ROLE, TABLE, free_port, model_an
 class FakeEventStream:
     """What botocore returns for InvokeEndpointWithResponseStream: events, then the end."""
 
-    def __init__(self, lines: list[dict[str, Any]], delay: float, split: int = 7) -> None:
+    def __init__(self, lines: list[dict[str, Any]], delay: float, split: int = 7,
+                 first_delay: float = 0.0) -> None:  # fmt: skip
         data = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
         # PayloadPart chunks cut lines anywhere, as the real stream may.
         self.chunks = [data[i : i + split] for i in range(0, len(data), split)]
-        self.delay = delay
+        self.delay, self.first_delay = delay, first_delay
         self.closed = threading.Event()
         self.sent = 0
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        time.sleep(self.first_delay)
         for chunk in self.chunks:
             if self.closed.is_set():
                 raise ValueError("read of closed stream")
@@ -51,13 +53,17 @@ class FakeSageMaker:
         self.requests: list[dict[str, Any]] = []
         self.answer: dict[str, Any] | None = None
 
-    def script(self, text: str, delay: float = 0.01) -> None:
+    def script(self, text: str, delay: float = 0.01, end: dict[str, Any] | None = None,
+               first_delay: float = 0.0) -> None:  # fmt: skip
+        """The container's lines for ``text``, then ``end`` (default: its final answer;
+        ``{}`` for none at all)."""
         pieces = [text[i : i + 3] for i in range(0, len(text), 3)]
-        lines = [{"token": p} for p in pieces] + [{
-            "done": True, "generated_text": text, "adapter": "lora-test-medical",
-            "finish_reason": "stop", "usage": {"input_tokens": 4, "output_tokens": len(pieces)},
-            "artifact": {"name": "medical", "version": "1.0.0", "sha256": "0" * 64}}]  # fmt: skip
-        self.next = FakeEventStream(lines, delay)
+        final = {"done": True, "generated_text": text, "adapter": "lora-test-medical",
+                 "finish_reason": "stop", "usage": {"input_tokens": 4, "output_tokens": len(pieces)},
+                 "artifact": {"name": "medical", "version": "1.0.0", "sha256": "0" * 64}}  # fmt: skip
+        end = final if end is None else end
+        lines = [{"token": p} for p in pieces] + ([end] if end else [])
+        self.next = FakeEventStream(lines, delay, first_delay=first_delay)
 
     def invoke_endpoint_with_response_stream(self, **kw: Any) -> dict[str, Any]:
         self.requests.append(kw)
@@ -69,13 +75,18 @@ class FakeSageMaker:
         return model_answer("buffered answer")
 
 
+def _configure(redis_client, **settings: Any) -> FakeSageMaker:
+    fake = FakeSageMaker()
+    s = RouterSettings(routing_table=TABLE, max_new_tokens_cap=256, max_body_bytes=4096,
+                       **settings)  # fmt: skip
+    cache = ResponseCache(redis_client, ttl_s=3600)
+    h.configure(h.Dependencies(settings=s, cache=cache, client=fake, stream_client=fake))
+    return fake
+
+
 @pytest.fixture
 def sagemaker(redis_client) -> Iterator[FakeSageMaker]:
-    fake = FakeSageMaker()
-    settings = RouterSettings(routing_table=TABLE, max_new_tokens_cap=256, max_body_bytes=4096)
-    cache = ResponseCache(redis_client, ttl_s=3600)
-    h.configure(h.Dependencies(settings=settings, cache=cache, client=fake, stream_client=fake))
-    yield fake
+    yield _configure(redis_client)
     h.configure(None)
 
 
@@ -183,16 +194,89 @@ def test_a_completed_deterministic_stream_is_cached_and_replayed(
 
 def test_buffered_requests_reach_the_handler_unchanged(url, sagemaker) -> None:
     r = httpx.post(f"{url}/v1/adapters/medical/generate", headers=_headers(),
-                   json={"inputs": "pt 45yo m"})  # fmt: skip
+                   json={"inputs": f"pt 45yo m {time.time_ns()}"})  # fmt: skip
     assert r.status_code == 200, r.text
     assert r.json()["output"] == "buffered answer"
+    assert r.headers["content-type"] == "application/json"
     assert httpx.get(f"{url}/v1/adapters", headers=_headers()).json()["adapters"]
+
+
+def test_a_buffered_refusal_keeps_its_headers(url, redis_client) -> None:
+    _configure(redis_client, quota_requests_per_minute=1)
+    try:
+        caller = _headers(f"arn:aws:sts::123456789012:assumed-role/quota-{time.time_ns()}/s")
+        body = {"inputs": "hello", "parameters": {"temperature": 0.5, "do_sample": True}}
+        first = httpx.post(f"{url}/v1/adapters/public/generate", json=body, headers=caller)
+        second = httpx.post(f"{url}/v1/adapters/public/generate", json=body, headers=caller)
+    finally:
+        h.configure(None)
+    assert first.status_code == 200
+    assert second.status_code == 429 and int(second.headers["retry-after"]) > 0
+
+
+@pytest.mark.parametrize("context", ["two", "not json", "[1]"])
+def test_a_forged_or_broken_request_context_is_refused(url, sagemaker, context) -> None:
+    headers = _headers()
+    if context == "two":
+        raw = [("x-amzn-request-context", headers["x-amzn-request-context"])] * 2
+        r = httpx.post(f"{url}/v1/adapters/medical/generate", json={"inputs": "x"},
+                       headers=raw)  # fmt: skip
+        assert r.status_code == 403
+        return
+    headers["x-amzn-request-context"] = context
+    r = httpx.post(f"{url}/v1/adapters/medical/generate", json={"inputs": "x"}, headers=headers)
+    assert r.status_code == 400
+    assert not sagemaker.requests
+
+
+def _stream(url: str, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    with httpx.stream("POST", f"{url}/v1/adapters/medical/generate", json=body,
+                      headers=_headers(), timeout=30) as resp:  # fmt: skip
+        return list(_events(resp.iter_lines()))
+
+
+@pytest.mark.parametrize("end", [{"error": "CUDA out of memory", "status": 500}, {}],
+                         ids=["error-line", "cut-short"])  # fmt: skip
+def test_a_stream_that_fails_ends_with_an_error_event_and_is_not_cached(
+    url, sagemaker, end
+) -> None:
+    prompt = f"pt {time.time_ns()}"
+    sagemaker.script("Patient is", end=end)
+    events = _stream(url, {"inputs": prompt, "stream": True})
+    kind, error = events[-1]
+    assert kind == "error" and error["status"] in (500, 502), events
+    sagemaker.script("Patient is fine.")
+    again = _stream(url, {"inputs": prompt, "stream": True})
+    assert again[-1][1]["cache"] == "miss", "a failed stream's answer was cached"
+
+
+def test_a_stream_past_its_deadline_ends_with_a_504_event(url, redis_client) -> None:
+    fake = _configure(redis_client, stream_deadline_s=0.5)
+    try:
+        fake.script("x" * 300, delay=0.02)  # 100 pieces, 2 s
+        events = _stream(url, {"inputs": f"pt {time.time_ns()}", "stream": True})
+    finally:
+        h.configure(None)
+    assert events[-1][0] == "error" and events[-1][1]["status"] == 504
+    assert fake.streams[-1].closed.wait(5)
+
+
+def test_a_quiet_stream_sends_keep_alives(url, sagemaker, monkeypatch) -> None:
+    import lambda_proxy.streaming as streaming
+
+    monkeypatch.setattr(streaming, "KEEPALIVE_S", 0.05)
+    sagemaker.script("Patient.", first_delay=0.5)  # the model is slow to start
+    with httpx.stream("POST", f"{url}/v1/adapters/medical/generate", headers=_headers(),
+                      json={"inputs": f"pt {time.time_ns()}", "stream": True}) as resp:  # fmt: skip
+        lines = list(resp.iter_lines())
+    assert ": keep-alive" in lines and lines.index(": keep-alive") < lines.index("event: token")
 
 
 def test_openai_chunks_end_with_done(url, sagemaker) -> None:
     sagemaker.script("Patient is well.")
     body = {"model": "medical", "stream": True, "stream_options": {"include_usage": True},
-            "messages": [{"role": "user", "content": "pt well"}], "temperature": 0}  # fmt: skip
+            "messages": [{"role": "user", "content": f"pt well {time.time_ns()}"}],
+            "temperature": 0}  # fmt: skip
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=_headers(),
                       timeout=30) as resp:  # fmt: skip
         lines = [x[6:] for x in resp.iter_lines() if x.startswith("data: ")]
@@ -204,3 +288,4 @@ def test_openai_chunks_end_with_done(url, sagemaker) -> None:
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] > 0
     assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert len(sagemaker.streams) == 1, "the model streamed it (no cached replay)"
