@@ -451,7 +451,7 @@ def _write_section(path: Path, heading: str, body: str) -> None:
     if heading in text:
         start = text.index(heading)
         nxt = text.find("\n## ", start + len(heading))
-        text = text[:start] + body + (text[nxt + 1 :] if nxt >= 0 else "")
+        text = text[:start] + body.rstrip("\n") + "\n\n" + (text[nxt + 1 :] if nxt >= 0 else "")
     else:
         text = text.rstrip() + "\n\n" + body
     path.write_text(text)

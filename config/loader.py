@@ -311,6 +311,8 @@ def resolve(catalog: Catalog, env: Environment, catalog_file: str, env_dir: str)
             else:
                 selected.append(by_name[n])
 
+    for name in sorted(set(env.training.adapters) - set(by_name)):
+        issues.append(Issue(env_file, env_label, "training.adapters", f"unknown adapter {name!r}"))
     resolved: list[ResolvedAdapter] = []
     for a in selected:
         label = f"adapter {a.name!r}"
@@ -340,8 +342,8 @@ def resolve(catalog: Catalog, env: Environment, catalog_file: str, env_dir: str)
                 )
             )
             continue
-        resolved.append(ResolvedAdapter(entry=a, component_name=component,
-                                        profile=env.training.apply(a.profile())))  # fmt: skip
+        profile = env.training.apply(a.profile(), a.name)
+        resolved.append(ResolvedAdapter(entry=a, component_name=component, profile=profile))
     if issues:
         raise CatalogError(issues)
     return Deployment(

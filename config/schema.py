@@ -211,6 +211,10 @@ class TrainingPlan(_Strict):
     tasks: dict[str, TrainingOverrides] = Field(
         default_factory=dict, description="per task (a key of the task profiles)"
     )
+    adapters: dict[str, TrainingOverrides] = Field(
+        default_factory=dict,
+        description="per adapter entry, last (a low-rank variant may need more steps here)",
+    )
 
     @field_validator("tasks")
     @classmethod
@@ -220,10 +224,12 @@ class TrainingPlan(_Strict):
             raise ValueError(f"unknown tasks {unknown} (known: {', '.join(sorted(TASK_PROFILES))})")
         return v
 
-    def apply(self, profile: TaskProfile) -> TaskProfile:
+    def apply(self, profile: TaskProfile, adapter: str | None = None) -> TaskProfile:
         profile = self.defaults.apply(profile)
-        task = self.tasks.get(profile.task)
-        return task.apply(profile) if task else profile
+        for overrides in (self.tasks.get(profile.task), self.adapters.get(adapter or "")):
+            if overrides is not None:
+                profile = overrides.apply(profile)
+        return profile
 
 
 class AdapterEntry(_Strict):

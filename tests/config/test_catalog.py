@@ -237,3 +237,38 @@ def test_account_qualified_tenants_and_cache_modes_load(tmp_path):
     path = tmp_path / "adapters.yaml"
     path.write_text(yaml.safe_dump(data))
     assert load_catalog(path).adapters[0].cache == "shared"
+
+
+def _local_env(tmp_path: Path, training: dict) -> Path:
+    env = yaml.safe_load((ENVIRONMENTS_DIR / "local.yaml").read_text())
+    env["training"] = training
+    directory = tmp_path / "envs"
+    directory.mkdir(exist_ok=True)
+    (directory / "local.yaml").write_text(yaml.safe_dump(env))
+    return directory
+
+
+def test_an_environments_training_plan_applies_by_task_then_by_adapter(tmp_path: Path) -> None:
+    from config import load_deployment
+
+    envs = _local_env(tmp_path, {"defaults": {"max_steps": 30, "learning_rate": 1e-3},
+                                 "tasks": {"medical_shorthand": {"max_steps": 35}},
+                                 "adapters": {"medical-shorthand-r8": {"max_steps": 60}}})  # fmt: skip
+    dep = load_deployment("local", CATALOG_PATH, envs)
+    steps = {a.name: a.profile.max_steps for a in dep.adapters}
+    assert steps["medical-shorthand-r64"] == 35 and steps["medical-shorthand-r8"] == 60
+    assert steps["sales-json"] == 30
+    assert dep.adapter("medical-shorthand-r8").profile.rank == 8, "the entry's own rank stays"
+
+
+@pytest.mark.parametrize(("training", "field"), [
+    ({"tasks": {"poetry": {"max_steps": 3}}}, "training.tasks"),
+    ({"adapters": {"no-such-adapter": {"max_steps": 3}}}, "training.adapters"),
+])  # fmt: skip
+def test_a_training_plan_naming_an_unknown_task_or_adapter_is_refused(
+    tmp_path: Path, training: dict, field: str
+) -> None:
+    from config import load_deployment
+
+    with pytest.raises(CatalogError, match=field):
+        load_deployment("local", CATALOG_PATH, _local_env(tmp_path, training))
