@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="where NAME.tar.gz archives are looked for")  # fmt: skip
     ap.add_argument("--base-dir", type=Path, default=None,
                     help="the base weights, for publish to evaluate archives at hand again "
-                    "(a training job's archive is checked against the job's recorded metrics)")  # fmt: skip
+                    "(a training job's archive: checked against its recorded metrics)")  # fmt: skip
     ap.add_argument("--catalog", type=Path, default=CATALOG_PATH)
     ap.add_argument("--environments-dir", type=Path, default=ENVIRONMENTS_DIR)
     args = ap.parse_args(argv)
