@@ -463,24 +463,32 @@ class Engine:
             self.telemetry.first_token.observe(now - r.arrival)
         if token in self.eos_ids:
             r.finish_reason = "stop"
+            self._decode_text(r)
             self._flush(r, final=True)
             return False
         r.output_ids.append(token)
-        text = self.tokenizer.decode(r.output_ids, skip_special_tokens=True)
-        for stop in r.params.stop:
-            at = text.find(stop)
-            if at >= 0:
-                r.text = text[:at]
-                r.finish_reason = "stop_sequence"
-                self._flush(r, final=True)
-                return False
-        r.text = text
+        # The text is needed at every step only to find a stop sequence or to stream; other
+        # rows are decoded once, when they finish.
+        if r.params.stop or r.on_token is not None:
+            text = self._decode_text(r)
+            for stop in r.params.stop:
+                at = text.find(stop)
+                if at >= 0:
+                    r.text = text[:at]
+                    r.finish_reason = "stop_sequence"
+                    self._flush(r, final=True)
+                    return False
         if len(r.output_ids) >= r.params.max_new_tokens:
             r.finish_reason = "length"
+            self._decode_text(r)
             self._flush(r, final=True)
             return False
         self._flush(r, final=False)
         return True
+
+    def _decode_text(self, r: GenRequest) -> str:
+        r.text = self.tokenizer.decode(r.output_ids, skip_special_tokens=True)
+        return r.text
 
     def _flush(self, r: GenRequest, final: bool) -> None:
         """Stream the text produced since the last flush (holding back a partial character)."""

@@ -40,12 +40,12 @@ def choose(
         if eos and len(r.output_ids) < r.params.min_new_tokens:
             logits[i, eos] = float("-inf")  # as transformers' min_new_tokens does
     greedy = logits.argmax(dim=-1).tolist()
-    finite = torch.isfinite(logits).any(dim=-1).tolist()
+    bad = (~torch.isfinite(logits).any(dim=-1) | torch.isnan(logits).any(dim=-1)).tolist()
     out: list[int] = []
     failed: dict[int, EngineError] = {}
     for i, r in enumerate(rows):
         try:
-            if not finite[i] or torch.isnan(logits[i]).any():
+            if bad[i]:
                 raise FloatingPointError("the model's scores are not finite")
             out.append(choose_row(logits[i], greedy[i], r))
         except Exception as exc:

@@ -59,7 +59,7 @@ def test_joins_mid_generation_match_single_request_references(engine, adapters) 
         if len(seen) == 5:
             long_tokens.set()
 
-    long = submit(engine, "all-r16", PROMPTS[0], fixed(120), on_token=count)
+    long = submit(engine, "all-r16", PROMPTS[0], fixed(400), on_token=count)
     assert long_tokens.wait(30), "the long request never started"
     joined = []
     for job in jobs:  # each joins the running batch, some while others leave
@@ -70,7 +70,7 @@ def test_joins_mid_generation_match_single_request_references(engine, adapters) 
     for job, text in zip(jobs, results, strict=True):
         assert text == reference[job], f"{job}: a neighbour changed this row's output"
     long_text = engine.wait(long, timeout=60)["generated_text"]
-    assert long_text == alone(engine, "all-r16", PROMPTS[0], fixed(120))
+    assert long_text == alone(engine, "all-r16", PROMPTS[0], fixed(400))
     after = engine.telemetry.cache_events.labels("eviction", "device")._value.get()
     assert after > evictions, "four adapters over two slots: the joins must have evicted"
 
