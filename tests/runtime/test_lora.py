@@ -48,6 +48,25 @@ def test_each_row_gets_its_single_row_bits_in_any_batch(budget: int, tokens: int
     assert (layer._gathered is not None) == (bool(budget) and tokens == 1)
 
 
+@pytest.mark.parametrize(
+    "rows",
+    [[1, 1, None], [None, 1, 1], [2, 2, 2], [0, 1, 2, 1], [None, None]],
+    ids=["adapter-then-base", "base-then-adapter", "one-adapter", "untargeted-mixed", "base"],
+)
+def test_grouped_rows_keep_their_own_bits_whatever_the_order(rows: list[int | None]) -> None:
+    """Rows are reordered by adapter and put back; slot 1 does not target this layer (as an
+    attention-only adapter's rows reach an MLP projection), so its rows get the base's bits."""
+    layer, ctx, weights = _layer(0)
+    layer.set_slot(1, None)
+    x = torch.randn(len(rows), 1, 96)
+    ctx.set_rows(rows)
+    with torch.inference_mode():
+        out, base = layer(x), layer.base_layer(x)
+    for i, slot in enumerate(rows):
+        w = weights[slot] if slot in (0, 2) else None
+        assert torch.equal(out[i : i + 1], _alone(base[i : i + 1], w, x[i : i + 1])), (i, slot)
+
+
 def test_gathered_copies_follow_the_composition_and_the_slots() -> None:
     layer, ctx, weights = _layer(1 << 30)
     x = torch.randn(4, 1, 96)
