@@ -89,6 +89,8 @@ class Engine:
         self.ready = threading.Event()
         self._queue: queue.Queue[GenRequest] = queue.Queue()
         self._batch = RunningBatch()
+        #: Rows prefilled in this iteration, not yet merged into ``_batch``.
+        self._joining = RunningBatch()
         self._ids = itertools.count(1)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -287,14 +289,7 @@ class Engine:
     # ------------------------------------------------------------------ engine thread
     def _loop(self) -> None:
         while not self._stop.is_set():
-            idle = not self._batch.rows and not self.scheduler.waiting
-            try:
-                self.scheduler.add(self._queue.get(timeout=0.05) if idle else
-                                   self._queue.get_nowait())  # fmt: skip
-                while True:
-                    self.scheduler.add(self._queue.get_nowait())
-            except queue.Empty:
-                pass
+            self._pull(block=not self._batch.rows and not self.scheduler.waiting)
             self.telemetry.queue_depth.set(len(self.scheduler))
             if not self._batch.rows and not self.scheduler.waiting:
                 continue
@@ -304,41 +299,71 @@ class Engine:
             except Exception as exc:
                 # A failed step fails the rows it ran, never the engine thread.
                 log.exception("decode step failed")
-                for r in self._batch.rows:
+                for r in self._batch.rows + self._joining.rows:
                     self._finish_error(r, EngineError(500, f"generation failed: {exc}"))
-                self._batch = RunningBatch()
+                self._batch, self._joining = RunningBatch(), RunningBatch()
+
+    def _pull(self, block: bool) -> None:
+        """Move submitted requests to the scheduler (waiting briefly for one when idle)."""
+        try:
+            self.scheduler.add(self._queue.get(timeout=0.05) if block else
+                               self._queue.get_nowait())  # fmt: skip
+            while True:
+                self.scheduler.add(self._queue.get_nowait())
+        except queue.Empty:
+            pass
 
     def _iterate(self) -> None:
         batch = self._batch
         now = time.perf_counter()
         self._leave(batch, [i for i, r in enumerate(batch.rows) if self._stopped(r, now)])
-        admitted = self.scheduler.admit(batch.rows, now, self._finish_error)
-        if admitted:
-            joined = self._prefill(admitted)
-            if joined is not None:
-                batch.merge(joined)
+        # New requests first (time to first token is what a caller waits on): their prompts
+        # run, and their first tokens go out before the running rows' next step and before
+        # the merge of the KV caches (which copies the whole batch's). Requests that arrived
+        # during those prompts get one more round, so they need not wait for a decode step.
+        joined, joined_tokens, admitted_any = RunningBatch(), [], False
+        self._joining = joined
+        for again in (False, True):
+            if again:
+                if not joined.rows:
+                    break
+                self._pull(block=False)
+            admitted = self.scheduler.admit(batch.rows + joined.rows, time.perf_counter(),
+                                            self._finish_error)  # fmt: skip
+            if not admitted:
+                break
+            admitted_any = True
+            part = self._prefill(admitted)
+            if part is not None:
+                joined_tokens += self._sample(part)
+                joined.merge(part)
+        tokens = self._sample(batch) if batch.rows else []
+        if joined.rows:
+            batch.merge(joined)
+            tokens += joined_tokens
+        self._joining = RunningBatch()
         if not batch.rows:
-            if self.scheduler.waiting and not admitted:
+            if self.scheduler.waiting and not admitted_any:
                 time.sleep(0.002)  # every waiting request waits for a slot to free
             return
+        self._decode(batch, tokens)
+
+    def _sample(self, batch: RunningBatch) -> list[int]:
+        """Choose each row's next token and hand it over; rows that are done (or fail, alone)
+        leave. The tokens of the rows that go on, in their order."""
         assert batch.logits is not None
         tokens, failed = choose(batch.logits, batch.rows, self.eos_ids)
         now = time.perf_counter()
-        going, leaving = [], []
+        going = []
         for i, (r, tok) in enumerate(zip(batch.rows, tokens, strict=True)):
             if i in failed:  # this row alone fails; the others go on unchanged
                 self._finish_error(r, failed[i])
-                leaving.append(i)
             elif self._advance(r, tok, now):
                 going.append(i)
             else:
                 self._finish(r, now)
-                leaving.append(i)
-        if leaving:
-            batch.keep(going)
-            tokens = [tokens[i] for i in going]
-        if batch.rows:
-            self._decode(batch, tokens)
+        batch.keep(going)
+        return [tokens[i] for i in going]
 
     def _stopped(self, r: GenRequest, now: float) -> bool:
         """Whether a running row must leave before the next step, and with what error."""

@@ -1,7 +1,8 @@
 """Which waiting requests join the running batch, at each decode step (iteration-level
 scheduling, as Orca, vLLM and LoRAX do).
 
-The engine asks ``admit`` once per iteration, with the rows still running. Requests are taken
+The engine asks ``admit`` once per iteration, with the rows still running (and once more for
+requests that arrived while the first round's prompts ran, with those rows). Requests are taken
 first come, first served, while the batch has room (``max_batch_size``), the iteration's
 prefill budget lasts (``max_prefill_tokens``; the first request always fits) and the adapters
 of the batch fit in the device slots. Rows that finish leave the batch between steps, so a

@@ -131,3 +131,71 @@ def test_static_waves_behind_the_flag_still_serve_and_make_short_requests_wait(
         assert e.wait(short, timeout=1)["generated_text"] == alone(e, None, PROMPTS[2], fixed(4))
     finally:
         e.stop()
+
+
+def test_a_request_arriving_during_a_prompt_joins_before_the_next_decode_step(
+    tiny_base, tmp_path
+) -> None:
+    """Time to first token: a request that arrives while another's prompt runs is prefilled in
+    the same iteration, instead of waiting for the running rows' decode step as well."""
+    e = Engine(Settings(model_dir=tiny_base, work_dir=tmp_path))
+    e.start()
+    try:
+        started = threading.Event()
+        long = submit(e, None, PROMPTS[1], fixed(300), on_token=lambda _t: started.set())
+        assert started.wait(30)
+        events: list[str] = []
+        late: list[GenRequest] = []
+        prefill, decode = e._prefill, e._decode
+
+        def prefill_and_arrive(admitted):
+            events.append("prefill " + ",".join(r.adapter or "base" for r in admitted))
+            if not late:  # the second request arrives while the first one's prompt runs
+                late.append(submit(e, None, PROMPTS[3], fixed(3)))
+            return prefill(admitted)
+
+        def record_decode(batch, tokens):
+            events.append("decode")
+            return decode(batch, tokens)
+
+        e._prefill, e._decode = prefill_and_arrive, record_decode
+        first = submit(e, None, PROMPTS[2], fixed(3))
+        assert e.wait(first, timeout=30)["usage"]["output_tokens"] == 3
+        assert e.wait(late[0], timeout=30)["usage"]["output_tokens"] == 3
+        at = [i for i, ev in enumerate(events) if ev.startswith("prefill")]
+        assert len(at) >= 2 and "decode" not in events[at[0] : at[1]], events[:8]
+        assert e.wait(long, timeout=60)["usage"]["output_tokens"] == 300
+    finally:
+        e.stop()
+
+
+def test_a_failure_after_new_rows_ran_their_prompts_fails_them_too(tiny_base, tmp_path) -> None:
+    """Rows between their prompt and the merge into the batch are failed with the batch when a
+    step breaks (none waits for ever), and the engine goes on serving."""
+    e = Engine(Settings(model_dir=tiny_base, work_dir=tmp_path))
+    e.start()
+    try:
+        started = threading.Event()
+        running = submit(e, None, PROMPTS[1], fixed(300), on_token=lambda _t: started.set())
+        assert started.wait(30)
+        sample = e._sample
+        broken = []
+
+        def break_once(batch):
+            if batch is e._batch and e._joining.rows and not broken:
+                broken.append(1)
+                raise RuntimeError("injected")
+            return sample(batch)
+
+        e._sample = break_once
+        joining = submit(e, None, PROMPTS[2], fixed(50))
+        for r in (running, joining):
+            with pytest.raises(EngineError) as err:
+                e.wait(r, timeout=30)
+            assert err.value.status == 500 and "injected" in err.value.message
+        assert broken and e.alive
+        assert (
+            e.wait(submit(e, None, PROMPTS[0], fixed(2)), timeout=30)["usage"]["output_tokens"] == 2
+        )
+    finally:
+        e.stop()
