@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import boto3
 from botocore.config import Config
@@ -28,6 +28,8 @@ from botocore.exceptions import (
     EndpointConnectionError,
     ReadTimeoutError,
 )
+
+T = TypeVar("T")
 
 #: Error codes that prove the container never saw the request.
 RETRYABLE_CODES = frozenset({"ThrottlingException", "ThrottledException"})
@@ -74,11 +76,17 @@ def invoke(
     client: Any, endpoint: str, component: str, payload: dict[str, Any], deadline_s: float = 60.0
 ) -> dict[str, Any]:
     """One generation; retried only when it provably did not start, within the deadline."""
-    deadline = time.monotonic() + deadline_s
     body = json.dumps(payload).encode()
+    return _retrying(lambda: _invoke_once(client, endpoint, component, body), deadline_s)
+
+
+def _retrying(call: Callable[[], T], deadline_s: float) -> T:
+    """``call()``, tried again (with backoff) only while it raises ``_NotStarted``, at most
+    MAX_ATTEMPTS times and never past the deadline; then the client's own error."""
+    deadline = time.monotonic() + deadline_s
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            return _invoke_once(client, endpoint, component, body)
+            return call()
         except _NotStarted as exc:
             backoff = 0.1 * 2**attempt
             if attempt == MAX_ATTEMPTS or time.monotonic() + backoff + 1.0 > deadline:
@@ -113,25 +121,20 @@ def open_stream(
 ) -> Any:
     """``InvokeEndpointWithResponseStream``: the response's event stream, retried (like
     ``invoke``) only while it provably did not start. Read it with ``stream_lines``."""
-    deadline = time.monotonic() + deadline_s
     body = json.dumps({**payload, "stream": True}).encode()
-    for attempt in range(1, MAX_ATTEMPTS + 1):
-        try:
-            with _errors():
-                resp = client.invoke_endpoint_with_response_stream(
-                    EndpointName=endpoint,
-                    InferenceComponentName=component,
-                    ContentType="application/json",
-                    Accept="application/jsonlines",
-                    Body=body,
-                )
-            return resp["Body"]
-        except _NotStarted as exc:
-            backoff = 0.1 * 2**attempt
-            if attempt == MAX_ATTEMPTS or time.monotonic() + backoff + 1.0 > deadline:
-                raise exc.error from None
-            time.sleep(backoff)
-    raise AssertionError("unreachable")
+
+    def start() -> Any:
+        with _errors():
+            resp = client.invoke_endpoint_with_response_stream(
+                EndpointName=endpoint,
+                InferenceComponentName=component,
+                ContentType="application/json",
+                Accept="application/jsonlines",
+                Body=body,
+            )
+        return resp["Body"]
+
+    return _retrying(start, deadline_s)
 
 
 def stream_lines(events: Any) -> Iterator[dict[str, Any]]:

