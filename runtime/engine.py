@@ -89,8 +89,8 @@ class Engine:
         self.ready = threading.Event()
         self._queue: queue.Queue[GenRequest] = queue.Queue()
         self._batch = RunningBatch()
-        #: Rows prefilled in this iteration, not yet merged into ``_batch``.
-        self._joining = RunningBatch()
+        #: Requests the scheduler admitted in this iteration (until they are in ``_batch``).
+        self._admitted: list[GenRequest] = []
         self._ids = itertools.count(1)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -299,9 +299,9 @@ class Engine:
             except Exception as exc:
                 # A failed step fails the rows it ran, never the engine thread.
                 log.exception("decode step failed")
-                for r in self._batch.rows + self._joining.rows:
+                for r in self._batch.rows + self._admitted:
                     self._finish_error(r, EngineError(500, f"generation failed: {exc}"))
-                self._batch, self._joining = RunningBatch(), RunningBatch()
+                self._batch, self._admitted = RunningBatch(), []
 
     def _pull(self, block: bool) -> None:
         """Move submitted requests to the scheduler (waiting briefly for one when idle)."""
@@ -316,13 +316,14 @@ class Engine:
     def _iterate(self) -> None:
         batch = self._batch
         now = time.perf_counter()
-        self._leave(batch, [i for i, r in enumerate(batch.rows) if self._stopped(r, now)])
+        batch.keep([i for i, r in enumerate(batch.rows) if not self._stopped(r, now)])
         # New requests first (time to first token is what a caller waits on): their prompts
         # run, and their first tokens go out before the running rows' next step and before
         # the merge of the KV caches (which copies the whole batch's). Requests that arrived
         # during those prompts get one more round, so they need not wait for a decode step.
-        joined, joined_tokens, admitted_any = RunningBatch(), [], False
-        self._joining = joined
+        joined, joined_tokens = RunningBatch(), []
+        taken: list[GenRequest] = []
+        self._admitted = taken
         for again in (False, True):
             if again:
                 if not joined.rows:
@@ -332,7 +333,7 @@ class Engine:
                                             self._finish_error)  # fmt: skip
             if not admitted:
                 break
-            admitted_any = True
+            taken += admitted
             part = self._prefill(admitted)
             if part is not None:
                 joined_tokens += self._sample(part)
@@ -341,9 +342,9 @@ class Engine:
         if joined.rows:
             batch.merge(joined)
             tokens += joined_tokens
-        self._joining = RunningBatch()
+        self._admitted = []
         if not batch.rows:
-            if self.scheduler.waiting and not admitted_any:
+            if self.scheduler.waiting and not taken:
                 time.sleep(0.002)  # every waiting request waits for a slot to free
             return
         self._decode(batch, tokens)
@@ -378,10 +379,6 @@ class Engine:
                 reason="timeout")  # fmt: skip
             return True
         return False
-
-    def _leave(self, batch: RunningBatch, gone: list[int]) -> None:
-        if gone:
-            batch.keep([i for i in range(len(batch.rows)) if i not in set(gone)])
 
     def _prefill(self, admitted: list[GenRequest]) -> RunningBatch | None:
         """Make the admitted rows' adapters resident and run their prompts; the new rows with
@@ -467,6 +464,8 @@ class Engine:
         return kv if kv is not None else out.past_key_values
 
     def _finish(self, r: GenRequest, now: float) -> None:
+        if r.done.is_set():  # finished already (a failed step fails every row it touched)
+            return
         r.timings["decode"] = (now - r.arrival) * 1000 - r.timings.get("first_token", 0.0)
         r.timings["total"] = (now - r.arrival) * 1000
         if r.record is not None:
@@ -474,6 +473,8 @@ class Engine:
         r.done.set()
 
     def _finish_error(self, req: GenRequest, err: EngineError, reason: str | None = None) -> None:
+        if req.done.is_set():  # answered already: its answer and its adapter hold stand
+            return
         req.error = err
         if reason is not None:
             req.finish_reason = reason

@@ -133,69 +133,94 @@ def test_static_waves_behind_the_flag_still_serve_and_make_short_requests_wait(
         e.stop()
 
 
-def test_a_request_arriving_during_a_prompt_joins_before_the_next_decode_step(
-    tiny_base, tmp_path
-) -> None:
+@pytest.fixture
+def busy(tiny_base, tmp_path):
+    """A fresh engine with one 300-token request already generating: (engine, that request)."""
+    e = Engine(Settings(model_dir=tiny_base, work_dir=tmp_path))
+    e.start()
+    started = threading.Event()
+    long = submit(e, None, PROMPTS[1], fixed(300), on_token=lambda _t: started.set())
+    assert started.wait(30)
+    yield e, long
+    e.stop()
+
+
+def test_a_request_arriving_during_a_prompt_joins_before_the_next_decode_step(busy) -> None:
     """Time to first token: a request that arrives while another's prompt runs is prefilled in
     the same iteration, instead of waiting for the running rows' decode step as well."""
-    e = Engine(Settings(model_dir=tiny_base, work_dir=tmp_path))
-    e.start()
-    try:
-        started = threading.Event()
-        long = submit(e, None, PROMPTS[1], fixed(300), on_token=lambda _t: started.set())
-        assert started.wait(30)
-        events: list[str] = []
-        late: list[GenRequest] = []
-        prefill, decode = e._prefill, e._decode
+    e, long = busy
+    events: list[str] = []
+    late: list[GenRequest] = []
+    prefill, decode = e._prefill, e._decode
 
-        def prefill_and_arrive(admitted):
-            events.append("prefill " + ",".join(r.adapter or "base" for r in admitted))
-            if not late:  # the second request arrives while the first one's prompt runs
-                late.append(submit(e, None, PROMPTS[3], fixed(3)))
-            return prefill(admitted)
+    def prefill_and_arrive(admitted):
+        events.append("prefill " + ",".join(r.adapter or "base" for r in admitted))
+        if not late:  # the second request arrives while the first one's prompt runs
+            late.append(submit(e, None, PROMPTS[3], fixed(3)))
+        return prefill(admitted)
 
-        def record_decode(batch, tokens):
-            events.append("decode")
-            return decode(batch, tokens)
+    def record_decode(batch, tokens):
+        events.append("decode")
+        return decode(batch, tokens)
 
-        e._prefill, e._decode = prefill_and_arrive, record_decode
-        first = submit(e, None, PROMPTS[2], fixed(3))
-        assert e.wait(first, timeout=30)["usage"]["output_tokens"] == 3
-        assert e.wait(late[0], timeout=30)["usage"]["output_tokens"] == 3
-        at = [i for i, ev in enumerate(events) if ev.startswith("prefill")]
-        assert len(at) >= 2 and "decode" not in events[at[0] : at[1]], events[:8]
-        assert e.wait(long, timeout=60)["usage"]["output_tokens"] == 300
-    finally:
-        e.stop()
+    e._prefill, e._decode = prefill_and_arrive, record_decode
+    first = submit(e, None, PROMPTS[2], fixed(3))
+    assert e.wait(first, timeout=30)["usage"]["output_tokens"] == 3
+    assert e.wait(late[0], timeout=30)["usage"]["output_tokens"] == 3
+    at = [i for i, ev in enumerate(events) if ev.startswith("prefill")]
+    assert len(at) >= 2 and "decode" not in events[at[0] : at[1]], events[:8]
+    assert e.wait(long, timeout=60)["usage"]["output_tokens"] == 300
 
 
-def test_a_failure_after_new_rows_ran_their_prompts_fails_them_too(tiny_base, tmp_path) -> None:
+def test_a_failure_after_new_rows_ran_their_prompts_fails_them_too(busy) -> None:
     """Rows between their prompt and the merge into the batch are failed with the batch when a
     step breaks (none waits for ever), and the engine goes on serving."""
+    e, running = busy
+    sample = e._sample
+    broken = []
+
+    def break_once(batch):
+        if batch is e._batch and e._admitted and not broken:
+            broken.append(1)
+            raise RuntimeError("injected")
+        return sample(batch)
+
+    e._sample = break_once
+    joining = submit(e, None, PROMPTS[2], fixed(50))
+    for r in (running, joining):
+        with pytest.raises(EngineError) as err:
+            e.wait(r, timeout=30)
+        assert err.value.status == 500 and "injected" in err.value.message
+    assert broken and e.alive
+    assert e.wait(submit(e, None, PROMPTS[0], fixed(2)), timeout=30)["usage"]["output_tokens"] == 2
+
+
+def test_a_failure_while_loading_admitted_adapters_fails_them_and_frees_the_adapter(
+    tiny_base, adapters, tmp_path
+) -> None:
+    """An unexpected error before admitted requests are rows of any batch (here while their
+    adapter is made resident) answers them with 500 instead of leaving them waiting for ever
+    with their adapter held (it could then never be evicted)."""
     e = Engine(Settings(model_dir=tiny_base, work_dir=tmp_path))
     e.start()
     try:
-        started = threading.Event()
-        running = submit(e, None, PROMPTS[1], fixed(300), on_token=lambda _t: started.set())
-        assert started.wait(30)
-        sample = e._sample
-        broken = []
+        e.cache.register(e.cache.validate("all-r16", adapters["all-r16"]), pin=False)
+        acquire = e.cache.acquire
+        calls = []
 
-        def break_once(batch):
-            if batch is e._batch and e._joining.rows and not broken:
-                broken.append(1)
-                raise RuntimeError("injected")
-            return sample(batch)
+        def fail_once(recs):
+            calls.append(1)
+            if len(calls) == 1:
+                raise RuntimeError("device out of memory")
+            return acquire(recs)
 
-        e._sample = break_once
-        joining = submit(e, None, PROMPTS[2], fixed(50))
-        for r in (running, joining):
-            with pytest.raises(EngineError) as err:
-                e.wait(r, timeout=30)
-            assert err.value.status == 500 and "injected" in err.value.message
-        assert broken and e.alive
-        assert (
-            e.wait(submit(e, None, PROMPTS[0], fixed(2)), timeout=30)["usage"]["output_tokens"] == 2
-        )
+        e.cache.acquire = fail_once
+        req = submit(e, "all-r16", PROMPTS[0], fixed(3))
+        with pytest.raises(EngineError) as err:
+            e.wait(req, timeout=30)
+        assert err.value.status == 500 and "out of memory" in err.value.message
+        assert e.cache.get("all-r16").inflight == 0
+        again = submit(e, "all-r16", PROMPTS[0], fixed(3))
+        assert e.wait(again, timeout=30)["usage"]["output_tokens"] == 3
     finally:
         e.stop()
