@@ -418,6 +418,13 @@ class RouterConfig(_Strict):
                 raise ValueError(f"{arn!r} is not an IAM role or user ARN")
         return v
 
+    @property
+    def generation_timeout_s(self) -> float:
+        """The model server's own deadline per request (``OPTION_REQUEST_TIMEOUT_S``): the
+        longest the router waits for one, so the container never cuts a stream the router
+        still reads (the runtime's default, 60 s, would end a 120 s stream at 60 s)."""
+        return max(self.invoke_deadline_s, self.stream_deadline_s)
+
     @model_validator(mode="after")
     def _deadline(self) -> RouterConfig:
         ceiling = min(self.timeout_s, self.gateway_timeout_s)

@@ -105,6 +105,7 @@ def container_environment(dep: Deployment) -> dict[str, str]:
         "OPTION_MAX_BATCH_SIZE": str(s.max_batch_size),
         "OPTION_DTYPE": base.dtype,
         "OPTION_QUANTIZATION": base.quantization,
+        "OPTION_REQUEST_TIMEOUT_S": f"{dep.env.router.generation_timeout_s:g}",
         "BASE_MODEL_ID": base.model_id,
         "BASE_REVISION": base.revision,
     }

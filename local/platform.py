@@ -224,6 +224,7 @@ def runtime_environment(dep: Deployment, base_dir: Path, state_dir: Path) -> dic
         "OPTION_MAX_BATCH_SIZE": str(s.max_batch_size),
         "OPTION_DTYPE": "auto",
         "OPTION_WORK_DIR": str(state_dir / "runtime-work"),
+        "OPTION_REQUEST_TIMEOUT_S": f"{dep.env.router.generation_timeout_s:g}",
         "BASE_MODEL_ID": base.model_id,
         "BASE_REVISION": base.revision,
         # The local base's tokenizer hash is known (the builder wrote it), so the start-up
@@ -241,6 +242,7 @@ def router_environment(dep: Deployment) -> dict[str, str]:
         "MAX_BODY_BYTES": str(r.max_body_bytes),
         "CACHE_TTL_HOURS": str(dep.env.cache.ttl_hours),
         "INVOKE_DEADLINE_S": str(r.invoke_deadline_s),
+        "STREAM_DEADLINE_S": str(r.stream_deadline_s),
     }
 
 

@@ -167,3 +167,19 @@ def test_instances_with_nvme_storage_get_no_kms_key(instance, local) -> None:
     from infra.serving import has_local_storage
 
     assert has_local_storage(instance) is local
+
+
+def test_the_model_server_deadline_outlasts_the_routers_longest(dev_templates, tmp_path) -> None:
+    """A stream the router reads for up to stream_deadline_s (120 s) must not be cut by the
+    container's own request deadline (the runtime's default is 60 s), on SageMaker or here."""
+    from config import load_deployment
+    from local.platform import router_environment, runtime_environment
+
+    dep = load_deployment("dev")
+    env = _model(dev_templates)["PrimaryContainer"]["Environment"]
+    assert float(env["OPTION_REQUEST_TIMEOUT_S"]) == dep.env.router.stream_deadline_s == 120
+    local = load_deployment("local")
+    (tmp_path / "base_manifest.json").write_text('{"tokenizer_sha256": "0"}')
+    served = runtime_environment(local, tmp_path, tmp_path)
+    routed = router_environment(local)
+    assert float(served["OPTION_REQUEST_TIMEOUT_S"]) >= float(routed["STREAM_DEADLINE_S"]) == 120
