@@ -85,6 +85,11 @@ def reevaluate(archive: Path, manifest: dict[str, Any], dep: Deployment, adapter
             f"{ds.get('task')} (seed {ds.get('seed')}): the test split cannot be reproduced"
         )
     profile = dep.adapter(adapter).profile
+    # The adapter is judged as it will be served: with the system turn it was trained with
+    # (the manifest's prompt, which the runtime applies), even if the task's text has changed.
+    system = (manifest.get("prompt") or {}).get("system")
+    if system is not None and system != profile.instruction:
+        profile = profile.model_copy(update={"instruction": system})
     with tempfile.TemporaryDirectory(prefix="publish-") as tmp:
         with tarfile.open(archive, "r:gz") as tar:
             tar.extractall(tmp, filter="data")

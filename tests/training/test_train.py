@@ -94,6 +94,25 @@ def test_a_rewritten_verdict_is_evaluated_again_and_refused(trained, local_base,
         check(archive, NAME, ENV, base_dir=local_base, log=lambda _: None)
 
 
+def test_publish_evaluates_with_the_system_turn_the_adapter_was_trained_with(
+    trained, local_base, tmp_path, monkeypatch
+) -> None:
+    """The runtime serves an adapter with its manifest's system turn; publish judges it so,
+    even after the task's instruction text changed."""
+    prompt = {**trained.manifest["prompt"], "system": "Redact every name, phone and address."}
+    archive = _repack(trained, tmp_path, prompt=prompt)
+    seen = []
+
+    def compare(base_dir, adapter_dir, profile, records, **kwargs):
+        seen.append(profile.instruction)
+        raise PublishError("stop here")
+
+    monkeypatch.setattr("training.evaluate.compare", compare)
+    with pytest.raises(PublishError, match="stop here"):
+        check(archive, NAME, ENV, base_dir=local_base, log=lambda _: None)
+    assert seen == ["Redact every name, phone and address."]
+
+
 def test_a_manifest_whose_test_split_cannot_be_reproduced_is_refused(
     trained, local_base, tmp_path
 ) -> None:
