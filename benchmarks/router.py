@@ -30,7 +30,7 @@ import redis
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
-from benchmarks.serving import _write_section
+from benchmarks.results import write_section
 from lambda_proxy import handler as h
 from lambda_proxy.cache import ResponseCache
 from lambda_proxy.settings import RouterSettings
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     table += [f"| {label} | {_pct(v, 0.5):.3f} | {_pct(v, 0.99):.3f} |" for label, v in rows]
     text = "\n".join(table)
     print(text)
-    _write_section(
+    write_section(
         args.out,
         "## Router overhead",
         f"## Router overhead (`benchmarks/router.py`)\n\nCommand: `.venv/bin/python "

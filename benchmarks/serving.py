@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from benchmarks.results import write_section
 from runtime.engine import Engine
 from runtime.request import GenParams, GenRequest
 from runtime.settings import Settings
@@ -422,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         + ("all met." if not failures else "FAILED: " + "; ".join(failures))
         + "\n\n"
     )
-    _write_section(args.out, "## Serving benchmark", header + table + "\n\n```json\n"
+    write_section(args.out, "## Serving benchmark", header + table + "\n\n```json\n"
                    + json.dumps({k: round(v, 4) for k, v in results.items()}, indent=2)
                    + "\n```\n")  # fmt: skip
     if failures:
@@ -443,18 +444,6 @@ def _table(rows: list[tuple[str, str, str]]) -> str:
     out = ["| case | comparison | result |", "|---|---|---|"]
     out += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return "\n".join(out)
-
-
-def _write_section(path: Path, heading: str, body: str) -> None:
-    """Replace this benchmark's section in RESULTS.md, keeping the other benchmarks' sections."""
-    text = path.read_text() if path.exists() else "# Benchmark results\n\n"
-    if heading in text:
-        start = text.index(heading)
-        nxt = text.find("\n## ", start + len(heading))
-        text = text[:start] + body.rstrip("\n") + "\n\n" + (text[nxt + 1 :] if nxt >= 0 else "")
-    else:
-        text = text.rstrip() + "\n\n" + body
-    path.write_text(text)
 
 
 if __name__ == "__main__":

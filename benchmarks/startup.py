@@ -30,7 +30,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.serving import _write_section
+from benchmarks.results import cores, write_section
 from config import load_deployment
 
 PLAYGROUND_GOAL_S = 300.0
@@ -179,11 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         failures.append(f"not online: {missing}")
     if again.returncode != 0 or cached > CACHED_GOAL_S or cached_online != len(online):
         failures.append(f"cached up: rc {again.returncode}, {cached:.1f} s, {cached_online} online")
-    cores = len(os.sched_getaffinity(0))
+    n_cores = cores()
     body = (
         "## Local platform start-up (`benchmarks/startup.py`)\n\n"
         f"Command: `.venv/bin/python benchmarks/startup.py --env {args.env}` "
-        f"({time.strftime('%Y-%m-%d')}, {cores} CPU cores, base {dep.base.model_id}). The first "
+        f"({time.strftime('%Y-%m-%d')}, {n_cores} CPU cores, base {dep.base.model_id}). The first "
         "`python -m local up` starts from an empty artifacts directory (download and conversion "
         "of the base, then every adapter trained in the background, one after another); times "
         "count from its start. The second is a cached `up` after `down`. The script checked "
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         + table
         + "\n"
     )
-    _write_section(args.out, "## Local platform start-up", body)
+    write_section(args.out, "## Local platform start-up", body)
     if args.keep_artifacts is not None:
         shutil.copytree(p.artifacts, args.keep_artifacts, dirs_exist_ok=True)
     if failures:

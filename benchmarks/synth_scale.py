@@ -22,7 +22,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.serving import _write_section
+from benchmarks.results import write_section
 from config import CATALOG_PATH, TASK_PROFILES
 from infra.adapters import MAX_RESOURCES_PER_TEMPLATE, MAX_TEMPLATE_BYTES
 from infra.snapshots import synth
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     print(verdict)
     print("limits", "kept" if ok else "EXCEEDED", f"(<= {MAX_RESOURCES_PER_TEMPLATE} resources, "
           f"<= {MAX_TEMPLATE_BYTES:,} bytes per template)")  # fmt: skip
-    _write_section(
+    write_section(
         args.results,
         "## Synth scale",
         "## Synth scale (`benchmarks/synth_scale.py`)\n\n"

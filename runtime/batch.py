@@ -48,9 +48,6 @@ class RunningBatch:
     positions: torch.Tensor | None = None  # [rows], the position id of each row's last token
     logits: torch.Tensor | None = None  # [rows, vocab], the scores of each row's next token
 
-    def __len__(self) -> int:
-        return len(self.rows)
-
     @property
     def length(self) -> int:
         return 0 if self.mask is None else int(self.mask.shape[1])

@@ -484,7 +484,7 @@ class Engine:
 
     def _advance(self, r: GenRequest, token: int, now: float) -> bool:
         """Append ``token`` to ``r``; returns whether the row continues."""
-        if not r.output_ids and "first_token" not in r.timings:
+        if "first_token" not in r.timings:
             r.timings["first_token"] = (now - r.arrival) * 1000
             self.telemetry.first_token.observe(now - r.arrival)
         if token in self.eos_ids:

@@ -87,7 +87,7 @@ class BatchContext:
     version: int = 0
     #: Forward passes the current composition has run unchanged before this one.
     stable: int = 0
-    _layouts: dict[torch.device, Layout] = field(default_factory=dict, repr=False)
+    _layout: Layout | None = field(default=None, repr=False)
 
     def set_rows(self, rows: list[int | None] | tuple[int | None, ...]) -> None:
         rows = tuple(rows)
@@ -95,13 +95,13 @@ class BatchContext:
             self.rows = rows
             self.version += 1
             self.stable = 0
-            self._layouts = {}
+            self._layout = None
         else:
             self.stable += 1
 
     def layout(self, device: torch.device) -> Layout:
-        cached = self._layouts.get(device)
-        if cached is None:
+        """The current composition's layout (a model's layers share one device)."""
+        if self._layout is None:
             order: list[int] = []
             segments = []
             for slot in dict.fromkeys(self.rows):
@@ -115,9 +115,8 @@ class BatchContext:
                 perm = torch.tensor(order, device=device)
                 inverse = torch.empty_like(perm)
                 inverse[perm] = torch.arange(len(order), device=device)
-            cached = Layout(tuple(segments), perm, inverse, len(order))
-            self._layouts[device] = cached
-        return cached
+            self._layout = Layout(tuple(segments), perm, inverse, len(order))
+        return self._layout
 
 
 @dataclass

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     base = build_local(dep.base.model_id, base_dir)
     info = json.loads(manifest.read_text())
     t_base = time.perf_counter() - t0
-    rows, ok, reused, trained_s = [], True, [], 0.0
+    rows, ok, reused_s = [], True, {}
     for a in dep.adapters:
         if args.adapter and a.name not in args.adapter:
             continue
@@ -68,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         if res is None:
             res = train(a.name, env=args.env, base_dir=base, out_dir=args.out)
         else:
-            reused.append(a.name)
-        trained_s += res.seconds
+            reused_s[a.name] = res.seconds
         row, passed = _row(a.name, a.profile, res)
         rows.append(row)
         ok &= passed
@@ -80,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     print(table)
     print(f"total {total:.0f} s (base {t_base:.0f} s)")
-    from benchmarks.serving import _write_section
+    from benchmarks.results import cores, write_section
 
     command = (
         "`.venv/bin/python -m training.train_all"
@@ -88,20 +87,20 @@ def main(argv: list[str] | None = None) -> int:
         + (" --reuse" if args.reuse else "")
         + (f" --env {args.env}`" if args.env != "local" else "`")
     )
-    provenance = (
-        f" {len(reused)} of the {len(rows)} rows are archives trained earlier with the same "
-        "settings on this machine (by this command, or one adapter at a time), reported with "
-        "the evaluation and seconds their manifests recorded; their training took "
-        f"{trained_s:.0f} s in all."
-        if reused
-        else f" Total {total:.0f} s."
-    )
-    _write_section(
+    provenance = f" Total {total:.0f} s."
+    if reused_s:
+        provenance = (
+            f" {len(reused_s)} of the {len(rows)} rows are archives trained earlier with the "
+            "same settings on this machine (by this command, or one adapter at a time), "
+            "reported with the evaluation and seconds their manifests recorded; their training "
+            f"took {sum(reused_s.values()):.0f} s in all."
+        ) + (provenance if len(reused_s) < len(rows) else "")
+    write_section(
         args.results,
         "## Local training",
         "## Local training (`python -m training.train_all`)\n\n"
         f"Command: {command} ({time.strftime('%Y-%m-%d')}, CPU, "
-        f"{_cores()} cores). Base: {dep.base.model_id} ({info['parameters']:,} parameters; "
+        f"{cores()} cores). Base: {dep.base.model_id} ({info['parameters']:,} parameters; "
         + ("reused from the cache" if cached else f"built in {t_base:.0f} s in this run")
         + "). Each adapter trained with its task profile and the environment's training plan, "
         "stopped early on its validation split, then run greedily with its base on its test "
@@ -126,12 +125,6 @@ def _cached(dep: Deployment, name: str, out: Path, base_manifest: dict) -> Train
     archive = out / f"{name}.tar.gz"
     return TrainResult(name, archive, sha256_file(archive), manifest,
                        float(manifest["training"]["seconds"]))  # fmt: skip
-
-
-def _cores() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -132,11 +131,3 @@ def build(
 
 def pick(rng: random.Random, options: tuple[str, ...] | list[str]) -> str:
     return options[rng.randrange(len(options))]
-
-
-_WORD = re.compile(r"\w+(?:[-'.]\w+)*")
-
-
-def words(text: str) -> list[str]:
-    """Word tokens (hyphenated and dotted forms kept whole), for scoring and leak checks."""
-    return _WORD.findall(text)
