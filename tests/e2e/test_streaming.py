@@ -90,7 +90,10 @@ def test_the_openai_client_streams_a_chat(client, platform) -> None:
 
 def test_the_openai_client_streams_a_completion(client, platform) -> None:
     adapter = _deployment(platform).adapters[-1]
-    chunks = list(client.completions.create(model=adapter.name, prompt="Alamak, I forgot lah",
-                                            max_tokens=8, temperature=0, stream=True))  # fmt: skip
+    ask = {"model": adapter.name, "prompt": "Alamak, I forgot lah", "max_tokens": 8,
+           "temperature": 0}  # fmt: skip
+    chunks = list(client.completions.create(**ask, stream=True))
     assert chunks and all(c.object == "text_completion" for c in chunks)
     assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text and text == client.completions.create(**ask).choices[0].text

@@ -79,7 +79,7 @@ def test_every_route_streams_through_the_web_adapter(dev_templates) -> None:
                         f"{router.web_adapter_layer_version}")  # fmt: skip
 
 
-def test_the_bundle_runs_the_web_app(dev_templates) -> None:
+def test_the_bundle_runs_the_web_app() -> None:
     import os
 
     from config import load_deployment

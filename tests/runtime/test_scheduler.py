@@ -122,8 +122,11 @@ def test_a_request_blocked_on_slots_drains_one_adapter_and_then_runs() -> None:
     running.remove(first[0])
     cache.release("a")
     admitted, _ = run(s, running)
-    assert admitted[0] is c
-    assert s.draining is None or s.draining != "a"
+    assert admitted == [c]
+    assert s.waiting == [a_late] and s.draining is None, "a is done draining"
+    # a's late request now needs a slot that b and c hold: the next step drains b (c's rows
+    # are not running yet in this fake, b's are).
+    assert run(s, running)[0] == [] and s.draining == "b"
 
 
 def test_pinned_adapters_are_never_drained() -> None:
