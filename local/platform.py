@@ -314,8 +314,8 @@ def stop(state_dir: Path, log=print, timeout_s: float = 10.0) -> int:
     """Stop every process ``up`` started; the number stopped."""
     state = read_state(state_dir)
     procs = dict(state.get("processes", {}))
-    if state.get("trainer"):
-        procs = {"trainer": state["trainer"], **procs}
+    if state.get("trainer"):  # stopped first: it declares adapters to the endpoint
+        procs = {**procs, "trainer": state["trainer"]}
     stopped = 0
     for name, p in reversed(list(procs.items())):
         pid = p["pid"]
@@ -405,8 +405,10 @@ def start_trainer(opts: Options, todo: list[str]) -> int | None:
     state = read_state(opts.state_dir)
     running = state.get("trainer")
     if running and _alive(running["pid"]):
+        queued = running.get("adapters", [])
+        later = ", ".join(a for a in todo if a not in queued) or "nothing else"
         opts.log(f"      the trainer (pid {running['pid']}) is already training "
-                 f"{', '.join(running.get('adapters', []))}")  # fmt: skip
+                 f"{', '.join(queued)}; it takes {later} when its queue ends")  # fmt: skip
         return running["pid"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1"}  # fmt: skip

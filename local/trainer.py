@@ -74,7 +74,10 @@ def run(opts: Any, todo: list[str], declare: Any, log=print) -> int:
     out = opts.artifacts / "adapters"
     out.mkdir(parents=True, exist_ok=True)
     offline = 0
-    for name in todo:
+    queue, attempted = list(todo), set()
+    while queue or (queue := _added(opts, attempted, status)):
+        name = queue.pop(0)
+        attempted.add(name)
         t0 = time.time()
         status.set(name, state="training", started=round(t0, 3), step=0)
 
@@ -104,9 +107,32 @@ def run(opts: Any, todo: list[str], declare: Any, log=print) -> int:
             status.set(name, state="not publishable", detail="; ".join(ev["failures"]), **summary)
             offline += 1
             continue
-        declare()
+        try:
+            declare()
+        except Exception as exc:  # the platform may be going down: the next up declares it
+            log(traceback.format_exc())
+            status.set(name, state="failed", detail=f"trained, but not declared: {exc}"[:500],
+                       **summary)  # fmt: skip
+            offline += 1
+            continue
         status.set(name, state="online", online_at=round(time.time(), 3),
                    publishable=bool(ev["publishable"]), **summary)  # fmt: skip
         log(f"[{name}] online after {time.time() - t0:.0f} s")
     status.done()
     return offline
+
+
+def _added(opts: Any, attempted: set[str], status: Status) -> list[str]:
+    """Adapters that need training now and were not tried in this run: entries added to the
+    catalog (or changed) while it trained. ``up`` does not start a second trainer, so this one
+    takes them when its queue ends."""
+    from config import load_deployment
+    from local.platform import plan_adapters
+
+    dep = load_deployment(opts.env, opts.catalog, opts.environments_dir)
+    manifest = opts.artifacts / "base" / dep.base_key / "base_manifest.json"
+    plan = plan_adapters(dep, opts, json.loads(manifest.read_text()))
+    added = [name for name, _ in plan.todo if name not in attempted]
+    for name in added:
+        status.set(name, state="queued")
+    return added

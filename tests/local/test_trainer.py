@@ -29,7 +29,15 @@ def opts(tmp_path: Path) -> Options:
                    log=lambda _m: None)  # fmt: skip
 
 
-def test_adapters_train_in_order_and_only_publishable_ones_come_online(opts, monkeypatch) -> None:
+@pytest.fixture
+def catalog_unchanged(monkeypatch):
+    """No entry is added to the catalog while the trainer runs."""
+    monkeypatch.setattr("local.trainer._added", lambda *a: [])
+
+
+def test_adapters_train_in_order_and_only_publishable_ones_come_online(
+    opts, monkeypatch, catalog_unchanged
+) -> None:
     seen_states: list[dict] = []
     declared: list[str] = []
     verdicts = {"sales-json": True, "style-formal": False, "pii-redaction": True}
@@ -56,7 +64,9 @@ def test_adapters_train_in_order_and_only_publishable_ones_come_online(opts, mon
     assert "faithfulness" in final["adapters"]["style-formal"]["detail"]
 
 
-def test_a_failing_training_is_reported_and_the_rest_go_on(opts, monkeypatch) -> None:
+def test_a_failing_training_is_reported_and_the_rest_go_on(
+    opts, monkeypatch, catalog_unchanged
+) -> None:
     def fake_train(name, **kw):
         if name == "sales-json":
             raise RuntimeError("out of memory")
@@ -92,3 +102,36 @@ def test_the_plan_holds_back_a_cached_adapter_that_failed_its_gate(opts, monkeyp
     assert len(plan.todo) == len(dep.adapters) - 2
     opts.serve_unpublishable = True
     assert len(plan_adapters(dep, opts, base_manifest={}).ready) == 2
+
+
+def test_entries_added_while_the_trainer_runs_are_trained_when_its_queue_ends(
+    opts, monkeypatch
+) -> None:
+    """``up`` does not start a second trainer; the running one plans again when its queue
+    ends and trains what needs training and was not tried (a failed one is not retried)."""
+    from config import load_deployment
+
+    dep = load_deployment("local-quick")
+    base = opts.artifacts / "base" / dep.base_key
+    base.mkdir(parents=True)
+    (base / "base_manifest.json").write_text("{}")
+    out = opts.artifacts / "adapters"
+    trained: list[str] = []
+    first, failing, *rest = [a.name for a in dep.adapters]
+
+    def fake_train(name, **kw):
+        if name == failing:
+            raise RuntimeError("out of memory")
+        trained.append(name)
+        (out / name).mkdir(parents=True)
+        (out / f"{name}.tar.gz").write_bytes(b"x")
+        (out / name / "manifest.json").write_text(json.dumps({"eval": _verdict(True)}))
+        return SimpleNamespace(manifest={"eval": _verdict(True)}, seconds=1.0)
+
+    monkeypatch.setattr("training.train.train", fake_train)
+    monkeypatch.setattr("local.platform.cached_adapter", lambda dep, name, *a: (
+        None if name in trained else "no artifact yet"))  # fmt: skip
+    offline = trainer.run(opts, [first], declare=lambda: None, log=lambda _m: None)
+    assert trained == [first, *rest] and offline == 1
+    states = {n: a["state"] for n, a in trainer.read_status(opts.state_dir)["adapters"].items()}
+    assert states == {first: "online", failing: "failed", **{n: "online" for n in rest}}
