@@ -150,6 +150,8 @@ def _status(state_dir: Path) -> int:
                  else "stopped before finishing"))  # fmt: skip
         for name, st in training.get("adapters", {}).items():
             detail = st.get("state", "?")
+            if detail == "online" and st.get("publishable") is False:
+                detail += ", NOT publishable (served: --serve-unpublishable)"
             if detail == "training" and st.get("steps"):
                 detail += f" step {st.get('step', 0)}/{st['steps']}"
             if st.get("online_at"):

@@ -276,6 +276,8 @@ def availability(gateway: LocalGateway, registered: list[dict[str, Any]]) -> dic
     for name, route in gateway.table.get("adapters", {}).items():
         if route.get("component") in online:
             out[name] = {"state": "online"}
+            if (training.get(name) or {}).get("publishable") is False:
+                out[name]["publishable"] = False  # served with --serve-unpublishable
         else:
             out[name] = training.get(name) or {"state": "offline"}
     return out

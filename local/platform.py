@@ -130,6 +130,8 @@ class AdapterPlan:
     ready: dict[str, Path] = field(default_factory=dict)
     todo: list[tuple[str, str]] = field(default_factory=list)
     held: dict[str, str] = field(default_factory=dict)
+    #: Ready adapters that did not pass their gate, served only with ``serve_unpublishable``.
+    unpublishable: list[str] = field(default_factory=list)
 
 
 def plan_adapters(dep: Deployment, opts: Options, base_manifest: dict) -> AdapterPlan:
@@ -143,6 +145,8 @@ def plan_adapters(dep: Deployment, opts: Options, base_manifest: dict) -> Adapte
         ev = json.loads((out / a.name / "manifest.json").read_text())["eval"]
         if ev["publishable"] or opts.serve_unpublishable:
             plan.ready[a.name] = out / f"{a.name}.tar.gz"
+            if not ev["publishable"]:
+                plan.unpublishable.append(a.name)
         else:
             plan.held[a.name] = "not publishable: " + "; ".join(ev.get("failures") or [])
     return plan
@@ -512,11 +516,15 @@ def up(opts: Options) -> dict[str, Any]:
     base_manifest = build_base(dep, opts)
     plan = plan_adapters(dep, opts, base_manifest)
     log(f"[2/4] adapters: {len(plan.ready)} ready, {len(plan.todo)} to train"
-        + (f", {len(plan.held)} not publishable (not served)" if plan.held else ""))  # fmt: skip
+        + (f", {len(plan.held)} not publishable (not served)" if plan.held else "")
+        + (f", {len(plan.unpublishable)} of the ready NOT publishable (served: "
+           "--serve-unpublishable)" if plan.unpublishable else ""))  # fmt: skip
     for name, why in plan.todo:
         log(f"      {name}: {why}")
     for name, why in plan.held.items():
         log(f"      ! {name}: {why}")
+    for name in plan.unpublishable:
+        log(f"      ! {name}: served, but it did not pass its gate")
     state = start_services(dep, base_dir(dep, opts), opts)
     endpoint_url, gateway_url = opts.url(opts.endpoint_port), opts.url(opts.gateway_port)
     actions = declare_components(dep, plan, opts)

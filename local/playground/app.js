@@ -151,6 +151,7 @@ function showAvailability(availability) {
     const st = availability[node.dataset.avail] || { state: "offline" };
     let text = st.state;
     if (st.state === "training" && st.steps) text += ` ${st.step || 0}/${st.steps}`;
+    if (st.state === "online" && st.publishable === false) text += " (not publishable)";
     node.textContent = text;
     node.className = "avail " + st.state.replaceAll(" ", "-");
     node.title = st.detail || "";

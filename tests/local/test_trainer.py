@@ -101,7 +101,28 @@ def test_the_plan_holds_back_a_cached_adapter_that_failed_its_gate(opts, monkeyp
     assert list(plan.held) == [dep.adapters[1].name] and "below" in plan.held[dep.adapters[1].name]
     assert len(plan.todo) == len(dep.adapters) - 2
     opts.serve_unpublishable = True
-    assert len(plan_adapters(dep, opts, base_manifest={}).ready) == 2
+    served = plan_adapters(dep, opts, base_manifest={})
+    assert len(served.ready) == 2 and served.unpublishable == [dep.adapters[1].name]
+
+
+def test_an_adapter_served_without_passing_its_gate_is_shown_as_such(opts) -> None:
+    from local.gateway import availability
+
+    trainer.Status(opts.state_dir, []).set("style-formal", state="online", publishable=False)
+    gateway = SimpleNamespace(
+        state_dir=opts.state_dir,
+        table={
+            "adapters": {
+                "style-formal": {"component": "c-style"},
+                "sales-json": {"component": "c-sales"},
+            }
+        },
+    )
+    shown = availability(gateway, [{"name": "c-style"}, {"name": "c-sales"}])
+    assert shown == {
+        "style-formal": {"state": "online", "publishable": False},
+        "sales-json": {"state": "online"},
+    }
 
 
 def test_entries_added_while_the_trainer_runs_are_trained_when_its_queue_ends(
