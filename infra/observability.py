@@ -151,6 +151,16 @@ class Observability(Construct):
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
                 alarm_description="Router answered 5xx (SageMaker errors, timeouts, crashes).",
             ),
+            # A stream that fails after its 200 status is not in API Gateway's 5XXError;
+            # the router counts those itself (lambda_proxy.streaming).
+            "RouterStream5xx": router("StreamServerError").create_alarm(
+                self, "RouterStream5xxAlarm", alarm_name=f"{prefix}-router-stream-5xx",
+                threshold=o.error_alarm_5xx_per_5min, evaluation_periods=1,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                alarm_description="Streams that failed after they began (SageMaker errors, "
+                "timeouts) with a 5xx status.",
+            ),
             "RouterLatency": gw("Latency", "p99").create_alarm(
                 self, "RouterLatencyAlarm", alarm_name=f"{prefix}-router-latency-p99",
                 threshold=o.latency_alarm_p99_ms, evaluation_periods=3, datapoints_to_alarm=2,

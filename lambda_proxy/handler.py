@@ -26,9 +26,11 @@ from lambda_proxy.sagemaker import InvokeError, invoke, make_client
 from lambda_proxy.schema import GenerateRequest
 from lambda_proxy.settings import RouterSettings, settings
 
-logger = Logger(service="lora-router")
-tracer = Tracer(service="lora-router")
-metrics = Metrics(namespace="LoraFleet", service="lora-router")
+#: The router's metrics namespace and service (infra/observability.py alarms on these names).
+NAMESPACE, SERVICE = "LoraFleet", "lora-router"
+logger = Logger(service=SERVICE)
+tracer = Tracer(service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 app = APIGatewayRestResolver()
 app.include_router(openai_router)  # /v1/chat/completions, /v1/completions, /v1/models
 

@@ -202,8 +202,8 @@ def _token_text(line: dict[str, Any]) -> str:
 
 def _count(name: str, value: float = 1, unit: MetricUnit = MetricUnit.Count) -> None:
     # single_metric flushes at once: streams share no metric buffer with other requests.
-    with single_metric(name=name, unit=unit, value=value, namespace="LoraFleet") as m:
-        m.add_dimension(name="service", value="lora-router")
+    with single_metric(name=name, unit=unit, value=value, namespace=handler.NAMESPACE) as m:
+        m.add_dimension(name="service", value=handler.SERVICE)
 
 
 def sse(data: Any, event: str | None = None) -> bytes:
@@ -268,6 +268,8 @@ class _Format:
     def error(self, exc: InvokeError) -> Iterator[bytes]:
         # After the 200 status: API Gateway logs a success, so the failure is counted here.
         _count(f"StreamError{exc.status}")
+        if exc.status >= 500:  # API Gateway's 5XXError never sees it: alarmed on this one
+            _count("StreamServerError")
         where = {"adapter": self.plan.model, "code": exc.code, "request_id": self.plan.request_id}
         handler.logger.warning("stream failed", extra=where)
         if self.plan.kind == "native":

@@ -91,3 +91,16 @@ def test_the_bundle_runs_the_web_app() -> None:
     assert "lambda_proxy.web:app" in entry.read_text()
     assert (directory / "lambda_proxy" / "web.py").is_file()
     assert (directory / "starlette").is_dir() and (directory / "uvicorn").is_dir()
+
+
+def test_streams_that_fail_after_their_200_are_alarmed(dev_templates) -> None:
+    """API Gateway counts a failed stream as a success (its status went out first), so the
+    router's own count of them pages, like the 5XXError alarm does for buffered answers."""
+    from lambda_proxy.handler import NAMESPACE, SERVICE
+
+    alarms = resources(dev_templates["lora-dev-observability"], "AWS::CloudWatch::Alarm")
+    (stream,) = [a["Properties"] for a in alarms.values()
+                 if a["Properties"].get("MetricName") == "StreamServerError"]  # fmt: skip
+    assert stream["Namespace"] == NAMESPACE
+    assert stream["Dimensions"] == [{"Name": "service", "Value": SERVICE}]
+    assert stream["AlarmActions"] and stream["Statistic"] == "Sum"

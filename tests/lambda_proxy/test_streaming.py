@@ -238,13 +238,19 @@ def _stream(url: str, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 @pytest.mark.parametrize("end", [{"error": "CUDA out of memory", "status": 500}, {}],
                          ids=["error-line", "cut-short"])  # fmt: skip
 def test_a_stream_that_fails_ends_with_an_error_event_and_is_not_cached(
-    url, sagemaker, end
+    url, sagemaker, end, monkeypatch
 ) -> None:
+    import lambda_proxy.streaming as streaming
+
+    counted: list[str] = []
+    monkeypatch.setattr(streaming, "_count", lambda name, *a, **k: counted.append(name))
     prompt = f"pt {time.time_ns()}"
     sagemaker.script("Patient is", end=end)
     events = _stream(url, {"inputs": prompt, "stream": True})
     kind, error = events[-1]
     assert kind == "error" and error["status"] in (500, 502), events
+    # API Gateway saw a 200: the router's own count is what the stream 5xx alarm watches.
+    assert "StreamServerError" in counted and f"StreamError{error['status']}" in counted
     sagemaker.script("Patient is fine.")
     again = _stream(url, {"inputs": prompt, "stream": True})
     assert again[-1][1]["cache"] == "miss", "a failed stream's answer was cached"
