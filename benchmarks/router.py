@@ -1,7 +1,10 @@
-"""Router overhead: the handler's own latency (model time excluded), cache miss vs Redis hit.
+"""Router overhead: the router's own latency (model time excluded), cache miss vs Redis hit,
+for the Powertools handler alone and for the path a deployed request takes (AWS's Lambda Web
+Adapter sends it as HTTP to ``lambda_proxy.web`` under uvicorn, which rebuilds the event and
+hands it to the handler; here over loopback, as in the function).
 
 SageMaker is botocore's Stubber (each call validated against the real API model, answered at
-once), Redis is the one on 127.0.0.1:6379. Both cases run side by side in one process.
+once), Redis is the one on 127.0.0.1:6379. Every case runs side by side in one process.
 
     .venv/bin/python benchmarks/router.py [--n 500]
 """
@@ -13,6 +16,7 @@ import io
 import json
 import os
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -26,7 +30,9 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
 
 import boto3
+import httpx
 import redis
+import uvicorn
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
@@ -34,7 +40,8 @@ from benchmarks.results import write_section
 from lambda_proxy import handler as h
 from lambda_proxy.cache import ResponseCache
 from lambda_proxy.settings import RouterSettings
-from tests.lambda_proxy.conftest import TABLE, Context, event
+from lambda_proxy.web import app
+from tests.lambda_proxy.conftest import ALLOWED_ROLE, TABLE, Context, event, free_port
 
 
 def _answer() -> dict:
@@ -58,21 +65,53 @@ def main(argv: list[str] | None = None) -> int:
     cache = ResponseCache(redis.Redis(host="127.0.0.1", port=6379), ttl_s=3600)
     h.configure(h.Dependencies(RouterSettings(routing_table=TABLE), cache, client))
     ctx = Context()
-    miss, hit = [], []
-    for i in range(args.n + 20):
-        body = {"inputs": f"bench {uuid.uuid4().hex}", "parameters": {"max_new_tokens": 8}}
-        stub.add_response("invoke_endpoint", _answer())
-        t0 = time.perf_counter()
+
+    def direct(body: dict) -> tuple[int, dict]:
         out = h.handler(event(body=body), ctx)
-        t1 = time.perf_counter()
-        model_ms = json.loads(out["body"])["timings_ms"]["model"]
-        h.handler(event(body=body), ctx)  # the same request again: a Redis hit
-        t2 = time.perf_counter()
-        assert json.loads(out["body"])["cache"] == "miss"
-        if i >= 20:  # warm-up
-            miss.append((t1 - t0) * 1000 - model_ms)
-            hit.append((t2 - t1) * 1000)
-    rows = [("cache miss (model time excluded)", miss), ("Redis cache hit", hit)]
+        return out["statusCode"], json.loads(out["body"])
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    while not server.started:
+        time.sleep(0.02)
+    web = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+    context = {"identity": {"userArn": ALLOWED_ROLE}, "accountId": "123456789012",
+               "resourcePath": "/v1/adapters/{adapter}/generate", "stage": "v1"}  # fmt: skip
+    lambda_context = json.dumps({"request_id": "bench", "invoked_function_arn":
+                                 "arn:aws:lambda:us-east-1:123456789012:function:router"})  # fmt: skip
+
+    def through_web(body: dict) -> tuple[int, dict]:
+        headers = {"x-amzn-request-context": json.dumps({**context, "requestId": uuid.uuid4().hex}),
+                   "x-amzn-lambda-context": lambda_context}  # fmt: skip
+        resp = web.post("/v1/adapters/medical/generate", json=body, headers=headers)
+        return resp.status_code, resp.json()
+
+    results: dict[str, list[float]] = {}
+    for label, call in (("handler", direct), ("web", through_web)):
+        miss, hit = results.setdefault(f"{label} miss", []), results.setdefault(f"{label} hit", [])
+        for i in range(args.n + 20):
+            body = {"inputs": f"bench {uuid.uuid4().hex}", "parameters": {"max_new_tokens": 8}}
+            stub.add_response("invoke_endpoint", _answer())
+            t0 = time.perf_counter()
+            status, first = call(body)
+            t1 = time.perf_counter()
+            status_again, again = call(body)  # the same request again: a Redis hit
+            t2 = time.perf_counter()
+            got = (status, status_again, first["cache"], again["cache"],
+                   first["output"], again["output"])  # fmt: skip
+            if got != (200, 200, "miss", "hit", "ok", "ok"):
+                raise AssertionError(f"{label}: the router did not answer as timed: {got}")
+            if i >= 20:  # warm-up
+                miss.append((t1 - t0) * 1000 - first["timings_ms"]["model"])
+                hit.append((t2 - t1) * 1000)
+    server.should_exit = True
+    stub.assert_no_pending_responses()
+    rows = [("handler alone: cache miss (model time excluded)", results["handler miss"]),
+            ("handler alone: Redis cache hit", results["handler hit"]),
+            ("deployed path (HTTP to lambda_proxy.web): cache miss (model time excluded)",
+             results["web miss"]),
+            ("deployed path (HTTP to lambda_proxy.web): Redis cache hit", results["web hit"])]  # fmt: skip
     table = ["| case | p50 ms | p99 ms |", "|---|---|---|"]
     table += [f"| {label} | {_pct(v, 0.5):.3f} | {_pct(v, 0.99):.3f} |" for label, v in rows]
     text = "\n".join(table)
@@ -81,10 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         args.out,
         "## Router overhead",
         f"## Router overhead (`benchmarks/router.py`)\n\nCommand: `.venv/bin/python "
-        f"benchmarks/router.py --n {args.n}` ({time.strftime('%Y-%m-%d')}; handler in-process, "
-        f"SageMaker via botocore Stubber, Redis on localhost; {args.n} requests per case).\n\n"
-        + text
-        + "\n",
+        f"benchmarks/router.py --n {args.n}` ({time.strftime('%Y-%m-%d')}; the handler in-process, "
+        "and the deployed path: HTTP over loopback to lambda_proxy.web under uvicorn, as AWS's "
+        "Lambda Web Adapter sends it; SageMaker via botocore Stubber, Redis on localhost; "
+        f"{args.n} requests per case; every answer checked).\n\n" + text + "\n",
     )
     return 0
 
