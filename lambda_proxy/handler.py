@@ -215,18 +215,28 @@ def _validate(data: Any) -> GenerateRequest | Failure:
         return Failure(400, "invalid request", details=details)
 
 
+def check_native(adapter: str) -> tuple[tuple[Caller, dict[str, Any]], GenerateRequest] | Failure:
+    """The native route's checks, in their order (identity first, so an unknown adapter and
+    a forbidden one look the same): the caller's authorization and the validated request."""
+    auth = _authorize(adapter)
+    if isinstance(auth, Failure):
+        return auth
+    data = _body()
+    if isinstance(data, Failure):
+        return data
+    req = _validate(data)
+    if isinstance(req, Failure):
+        return req
+    return auth, req
+
+
 @app.post("/v1/adapters/<adapter>/generate")
 def generate(adapter: str) -> Response:
     t0 = time.perf_counter()
-    auth = _authorize(adapter)
-    if isinstance(auth, Failure):
-        return auth.native()
-    data = _body()
-    if isinstance(data, Failure):
-        return data.native()
-    req = _validate(data)
-    if isinstance(req, Failure):
-        return req.native()
+    checked = check_native(adapter)
+    if isinstance(checked, Failure):
+        return checked.native()
+    auth, req = checked
     if req.stream:
         # Streams are answered by the function's web app (lambda_proxy.web), which sees the
         # flag before this handler; an event that reaches here cannot be streamed back.
@@ -350,14 +360,16 @@ def _served_as_routed(adapter: str, version: str, result: dict[str, Any]) -> boo
 
 
 def answer(adapter: str, version: str, result: dict[str, Any], cache: str, t0: float,
-           model_ms: float) -> dict[str, Any]:  # fmt: skip
+           model_ms: float, request_id: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """The native answer body. ``request_id``: a stream's own (it is answered on another
+    thread, after the resolver's current event has moved on); else the current event's."""
     total = (time.perf_counter() - t0) * 1000
     body = {
         "output": result.get("generated_text"),
         "adapter": adapter,
         "version": version,
         "cache": cache,
-        "request_id": _request_id(),
+        "request_id": request_id or _request_id(),
         "finish_reason": result.get("finish_reason"),
         # The adapter identifier the container reports serving (SageMaker passes the adapter
         # component's name): a client or smoke check can see which component answered.

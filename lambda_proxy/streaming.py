@@ -57,16 +57,10 @@ class StreamPlan:
 
 def plan_native(adapter: str, t0: float) -> StreamPlan | handler.Failure:
     """The native route's checks, in its order; the handler's current event is bound."""
-    auth = handler._authorize(adapter)
-    if isinstance(auth, handler.Failure):
-        return auth
-    data = handler._body()
-    if isinstance(data, handler.Failure):
-        return data
-    req = handler._validate(data)
-    if isinstance(req, handler.Failure):
-        return req
-    return _admit("native", adapter, auth, req, t0)
+    checked = handler.check_native(adapter)
+    if isinstance(checked, handler.Failure):
+        return checked
+    return _admit("native", adapter, *checked, t0)
 
 
 def plan_openai(kind: str, t0: float) -> StreamPlan | Any:
@@ -244,8 +238,8 @@ class _Format:
 
     def done(self, result: dict[str, Any], model_ms: float) -> Iterator[bytes]:
         p = self.plan
-        native = handler.answer(p.model, p.prep.version, result, p.status, p.t0, model_ms)
-        native["request_id"] = p.request_id
+        native = handler.answer(p.model, p.prep.version, result, p.status, p.t0, model_ms,
+                                request_id=p.request_id)  # fmt: skip
         if p.kind == "native":
             yield sse(native, event="done")
             return
