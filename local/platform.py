@@ -495,14 +495,6 @@ def _tour_row(client: httpx.Client, label: str, adapter: str, sample: Any,
             "cache": answer.get("cache", "-"), "input": sample.raw, "output": output}  # fmt: skip
 
 
-def request_body(instruction: str, text: str, max_new_tokens: int) -> dict[str, Any]:
-    """A deterministic request in the shape adapters are trained on (task instruction first)."""
-    return {
-        "messages": [{"role": "system", "content": instruction}, {"role": "user", "content": text}],
-        "parameters": {"max_new_tokens": max_new_tokens, "do_sample": False},
-    }
-
-
 # -- up --------------------------------------------------------------------------------------
 
 

@@ -15,9 +15,17 @@ import httpx
 import pytest
 
 from config import TASK_PROFILES, load_deployment
-from local.platform import read_state, request_body
+from local.platform import read_state
 
 pytestmark = pytest.mark.e2e
+
+
+def request_body(instruction: str, text: str, max_new_tokens: int) -> dict:
+    """A deterministic request in the shape adapters are trained on (task instruction first)."""
+    return {
+        "messages": [{"role": "system", "content": instruction}, {"role": "user", "content": text}],
+        "parameters": {"max_new_tokens": max_new_tokens, "do_sample": False},
+    }
 
 
 def _deployment(platform):
