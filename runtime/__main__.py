@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 
@@ -15,6 +16,13 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default="0.0.0.0")  # noqa: S104 - the container contract
     serve.add_argument("--port", type=int, default=8080)
     args = ap.parse_args(argv)
+
+    from runtime.hardware import iomp_preload
+
+    # On a CPU, vLLM's docs ask for Intel OpenMP preloaded; that takes a new process image.
+    env = iomp_preload(dict(os.environ))
+    if env is not None:
+        os.execve(sys.executable, [sys.executable, "-m", "runtime", *sys.argv[1:]], env)  # noqa: S606
 
     import uvicorn
 

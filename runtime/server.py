@@ -5,7 +5,8 @@ GET /metrics, and GET /trace (the live trace the playground polls). The adapter 
 register-request model (``name``, ``src``, ``preload``, ``pin``; JSON body or query string) come
 from AWS's model-hosting-container-standards package, which encodes SageMaker's adapter
 contract. Its decorator registry is process-global and built for wrapping another engine's
-server, so the routes themselves are plain FastAPI here.
+server, so the routes themselves are plain FastAPI here, over vLLM's async engine
+(``runtime.engine``).
 """
 
 from __future__ import annotations
@@ -34,10 +35,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from runtime.adapters import AdapterError
 from runtime.artifacts import ArtifactError, extract
-from runtime.cache import CapacityError
 from runtime.engine import Engine
-from runtime.request import EngineError, GenParams, GenRequest
-from runtime.sampler import MIN_TEMPERATURE, REPETITION_PENALTY
+from runtime.registry import CapacityError
+from runtime.request import (
+    MIN_TEMPERATURE,
+    REPETITION_PENALTY,
+    EngineError,
+    GenParams,
+    GenRequest,
+)
+from runtime.schemas import SchemaError, check_schema
 
 ADAPTER_HEADER = SageMakerLoRAApiHeader.ADAPTER_IDENTIFIER
 
@@ -69,6 +76,10 @@ class Parameters(BaseModel):
     stop: list[str] = Field(default_factory=list, max_length=16)
     seed: int | None = Field(default=None, ge=0, lt=2**63)
     do_sample: bool = False
+    #: Constrain the output to this JSON Schema (vLLM's structured outputs); bounded in size.
+    json_schema: dict[str, Any] | None = None
+    #: Also answer with the generated token ids (``token_ids``).
+    details: bool = False
 
 
 class Invocation(BaseModel):
@@ -90,25 +101,29 @@ def _error(status: int, message: str, **extra: Any) -> JSONResponse:
 
 
 def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
-    app = FastAPI(title="lora-fleet runtime", docs_url=None, redoc_url=None)
     s = engine.settings
     tel = engine.telemetry
 
-    @app.on_event("startup")
-    async def _startup() -> None:
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI):
+        # The server listens once the engine is up: SageMaker's health check and the local
+        # platform poll /ping until then, and a failed start (no CUDA on a GPU instance, a
+        # tokenizer that is not the pinned one) ends the process with the reason.
         if start_engine and not engine.ready.is_set():
-            await asyncio.to_thread(engine.start)
+            await engine.start()
+        try:
+            yield
+        finally:
+            await engine.stop()
 
-    @app.on_event("shutdown")
-    async def _shutdown() -> None:
-        engine.stop()
+    app = FastAPI(title="lora-fleet runtime", docs_url=None, redoc_url=None, lifespan=lifespan)
 
     @app.get("/ping")
     async def ping() -> Response:
         if not engine.ready.is_set():
             return _error(503, "base model loading")
         if not engine.alive:
-            return _error(503, "the engine thread has stopped; replace this copy")
+            return _error(503, "the engine has stopped; replace this copy")
         return JSONResponse({"status": "healthy", "base": engine.base_info["model_id"]})
 
     @app.post("/invocations")
@@ -131,27 +146,45 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
         max_new = p.max_new_tokens or min(s.default_max_new_tokens, s.max_new_tokens)
         if max_new > s.max_new_tokens:
             return _error(413, f"max_new_tokens {max_new} is over the limit of {s.max_new_tokens}")
-        params = GenParams(
-            max_new_tokens=max_new, min_new_tokens=min(p.min_new_tokens, max_new),
-            temperature=p.temperature, top_p=p.top_p, top_k=p.top_k,
-            repetition_penalty=p.repetition_penalty, stop=tuple(x for x in p.stop if x),
-            seed=p.seed, do_sample=p.do_sample,
-        )  # fmt: skip
+        schema = None
+        if p.json_schema is not None:
+            try:
+                schema = check_schema(p.json_schema, max_bytes=s.max_schema_bytes)
+            except SchemaError as exc:
+                return _error(400, f"parameters.json_schema {exc}")
         # Characters are bounded before tokenizing (no tokenizer turns more than
         # CHARS_PER_TOKEN characters into fewer than one token), and tokenizing runs off the
         # event loop, so a huge prompt can neither stall /ping nor reach the tokenizer.
         chars = len(body.inputs or "") + sum(len(m.content) for m in body.messages or [])
         if chars > s.max_input_tokens * CHARS_PER_TOKEN:
-            return _error(413, f"prompt is {chars} characters, over the "
-                               f"{s.max_input_tokens * CHARS_PER_TOKEN} that "
-                               f"{s.max_input_tokens} input tokens allow")  # fmt: skip
-        record = engine.cache.get(adapter) if adapter is not None else None
+            return _error(
+                413,
+                f"prompt is {chars} characters, over the {s.max_input_tokens * CHARS_PER_TOKEN} "
+                f"that {s.max_input_tokens} input tokens allow",
+            )
+        record = engine.registry.get(adapter) if adapter is not None else None
+        if schema is None and record is not None:
+            schema = record.json_schema
+        params = GenParams(
+            max_new_tokens=max_new,
+            min_new_tokens=min(p.min_new_tokens, max_new),
+            temperature=p.temperature,
+            top_p=p.top_p,
+            top_k=p.top_k,
+            repetition_penalty=p.repetition_penalty,
+            stop=tuple(x for x in p.stop if x),
+            seed=p.seed,
+            do_sample=p.do_sample,
+            json_schema=schema,
+            details=p.details,
+        )
         try:
             ids = await asyncio.to_thread(
                 engine.encode,
-                body.inputs, [m.model_dump() for m in body.messages] if body.messages else None,
+                body.inputs,
+                [m.model_dump() for m in body.messages] if body.messages else None,
                 record.prompt if record is not None else None,
-            )  # fmt: skip
+            )
         except EngineError as exc:
             return _error(exc.status, exc.message)
         except Exception as exc:  # a template or tokenizer failure is the request's fault
@@ -161,28 +194,30 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
             label = "__base__"
         else:
             label = adapter if record is not None else "__unregistered__"
-        loop = asyncio.get_running_loop()
-        chunks: asyncio.Queue[str | None] = asyncio.Queue()
-        on_token = (
-            (lambda t: loop.call_soon_threadsafe(chunks.put_nowait, t)) if body.stream else None
-        )
-        req = GenRequest(adapter=adapter, input_ids=ids, params=params, on_token=on_token)
+        req = GenRequest(adapter=adapter, input_ids=ids, params=params)
         try:
-            engine.submit(req)
+            engine.admit(req)
         except EngineError as exc:
             tel.requests.labels(label, str(exc.status)).inc()
             return _error(exc.status, exc.message)
         if body.stream:
             return StreamingResponse(
-                _stream(engine, req, chunks, label), media_type="application/jsonlines"
+                _stream(engine, req, label), media_type="application/jsonlines"
             )
-        # A client that goes away cancels its row at the next decode step.
-        watcher = asyncio.create_task(_cancel_on_disconnect(request, req))
+        # A client that goes away cancels the generation, which aborts it in vLLM.
+        task = asyncio.create_task(_collect(engine, req))
+        watcher = asyncio.create_task(_cancel_on_disconnect(request, task))
         try:
-            done = await _finished(req, s.request_timeout_s + 30)
+            await task
+        except asyncio.CancelledError:
+            return _error(499, "client disconnected")
+        except EngineError as exc:
+            tel.requests.labels(label, str(exc.status)).inc()
+            return _error(exc.status, exc.message)
         finally:
             watcher.cancel()
-        return _respond(engine, req, label, done)
+        _account(engine, req, label)
+        return JSONResponse(req.result())
 
     @app.post("/adapters")
     async def register(request: Request) -> Response:
@@ -213,46 +248,54 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
                 f"adapter name {req.name[:80]!r} must be 1 to 63 letters, digits and inner "
                 "hyphens (SageMaker's inference-component name rule)",
             )
-        try:
-            loaded = await asyncio.wait_for(
-                asyncio.get_running_loop().run_in_executor(
-                    REGISTRATIONS, _load, engine, req.name, req.src
-                ),
-                REGISTER_BUDGET_S,
-            )
-            owned = _owned_dir(engine, loaded.src)
+        async with _registering(req.name):
             try:
-                record, replaced = engine.cache.register(loaded, pin=req.pin, owned_dir=owned)
-            except CapacityError:
-                if owned is not None:
-                    shutil.rmtree(owned, ignore_errors=True)
-                raise
-        except TimeoutError:
-            tel.event("adapter_rejected", adapter=req.name, reason="registration budget")
-            return _error(424, f"adapter {req.name!r} rejected: checking it took over "
-                               f"{REGISTER_BUDGET_S:g} s")  # fmt: skip
-        except (AdapterError, ArtifactError) as exc:
-            tel.event("adapter_rejected", adapter=req.name, reason=str(exc))
-            return _error(424, f"adapter {req.name!r} rejected: {exc}")
-        except FileNotFoundError as exc:
-            return _error(404, f"adapter {req.name!r}: source not found: {exc}")
-        except CapacityError as exc:
-            return _error(409, str(exc))
-        tel.event("adapter_register", adapter=req.name, pinned=req.pin, replaced=replaced,
-                  version=record.version)  # fmt: skip
-        if req.preload or req.pin:
-            # When no slot can be freed it stays in host memory and is promoted on first use.
-            with contextlib.suppress(CapacityError, EngineError):
-                await asyncio.get_running_loop().run_in_executor(
-                    REGISTRATIONS, _preload, engine, req.name
+                loaded = await asyncio.wait_for(
+                    asyncio.get_running_loop().run_in_executor(
+                        REGISTRATIONS, _load, engine, req.name, req.src
+                    ),
+                    REGISTER_BUDGET_S,
                 )
+                owned = _owned_dir(engine, loaded.src)
+                try:
+                    record, replaced = await engine.register(loaded, pin=req.pin, owned_dir=owned)
+                except BaseException:
+                    if owned is not None:
+                        shutil.rmtree(owned, ignore_errors=True)
+                    raise
+            except TimeoutError:
+                tel.event("adapter_rejected", adapter=req.name, reason="registration budget")
+                return _error(
+                    424,
+                    f"adapter {req.name!r} rejected: checking it took over {REGISTER_BUDGET_S:g} s",
+                )
+            except (AdapterError, ArtifactError) as exc:
+                tel.event("adapter_rejected", adapter=req.name, reason=str(exc))
+                return _error(424, f"adapter {req.name!r} rejected: {exc}")
+            except EngineError as exc:
+                tel.event("adapter_rejected", adapter=req.name, reason=exc.message)
+                return _error(exc.status, f"adapter {req.name!r} rejected: {exc.message}")
+            except FileNotFoundError as exc:
+                return _error(404, f"adapter {req.name!r}: source not found: {exc}")
+            except CapacityError as exc:
+                return _error(409, str(exc))
+        tel.event(
+            "adapter_register",
+            adapter=req.name,
+            pinned=req.pin,
+            replaced=replaced,
+            version=record.version,
+            lora_id=record.lora_id,
+        )
         msg = ResponseMessage.ADAPTER_UPDATED if replaced else ResponseMessage.ADAPTER_REGISTERED
-        return JSONResponse({"message": msg.format(alias=req.name), **record.describe()})
+        return JSONResponse(
+            {"message": msg.format(alias=req.name), **record.describe(engine.registry.tier(record))}
+        )
 
     @app.delete("/adapters/{name}")
     async def unregister(name: str) -> Response:
         try:
-            engine.cache.unregister(name)
+            await engine.unregister(name)
         except KeyError:
             return _error(404, ResponseMessage.ADAPTER_NOT_FOUND.format(alias=name))
         return JSONResponse({"message": ResponseMessage.ADAPTER_UNREGISTERED.format(alias=name)})
@@ -261,10 +304,12 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
     async def list_adapters() -> Response:
         if not engine.ready.is_set():
             return _error(503, "base model loading")
+        with contextlib.suppress(Exception):
+            await engine.refresh_tiers()
         return JSONResponse(
             {
-                "adapters": engine.cache.list(),
-                "tiers": engine.cache.tier_counts(),
+                "adapters": engine.registry.list(),
+                "tiers": engine.registry.tier_counts(),
                 "max_loras": s.max_loras,
                 "max_cpu_loras": s.max_cpu_loras,
                 "base": engine.base_info,
@@ -336,38 +381,28 @@ def _load(engine: Engine, name: str, src: str):
         try:
             extract(path, dest, max_total_bytes=engine.settings.max_artifact_bytes,
                     max_ratio=engine.settings.max_expansion_ratio)  # fmt: skip
-            return engine.cache.validate(name, dest)
+            return engine.check(name, dest)
         except Exception:
             shutil.rmtree(dest.parent, ignore_errors=True)
             raise
-    return engine.cache.validate(name, path)
+    return engine.check(name, path)
 
 
-def _preload(engine: Engine, name: str) -> None:
-    """Make a newly registered adapter device-resident.
-
-    Only the engine thread installs weights into the model, between forward passes; a one-token
-    greedy request for the adapter is the way to get it to do that in order with other work.
-    """
-    rec = engine.cache.get(name)
-    if rec is None:
-        return
-    ids = [engine.tokenizer.pad_token_id or 0]
-    req = GenRequest(adapter=name, input_ids=ids, params=GenParams(max_new_tokens=1))
-    engine.submit(req)
-    req.done.wait(engine.settings.request_timeout_s)
+_REGISTERING: dict[str, asyncio.Lock] = {}
 
 
-def _respond(engine: Engine, req: GenRequest, label: str, done: bool) -> Response:
-    tel = engine.telemetry
-    if not done:
-        tel.requests.labels(label, "504").inc()
-        return _error(504, "request timed out")
-    if req.error is not None:
-        tel.requests.labels(label, str(req.error.status)).inc()
-        return _error(req.error.status, req.error.message)
-    _account(engine, req, label)
-    return JSONResponse(req.result())
+@contextlib.asynccontextmanager
+async def _registering(name: str):
+    """One registration per name at a time: two updates of one adapter racing would leave the
+    older one registered."""
+    lock = _REGISTERING.setdefault(name, asyncio.Lock())
+    async with lock:
+        yield
+
+
+async def _collect(engine: Engine, req: GenRequest) -> None:
+    async for _ in engine.generate(req):
+        pass
 
 
 def _account(engine: Engine, req: GenRequest, label: str) -> None:
@@ -375,64 +410,33 @@ def _account(engine: Engine, req: GenRequest, label: str) -> None:
     tel.requests.labels(label, "200").inc()
     tel.latency.labels(label).observe(time.perf_counter() - req.arrival)
     tel.tokens.labels(label, "input").inc(len(req.input_ids))
-    tel.tokens.labels(label, "output").inc(len(req.output_ids))
+    tel.tokens.labels(label, "output").inc(req.output_tokens)
 
 
-async def _finished(req: GenRequest, timeout: float) -> bool:
-    """Wait for the request without holding a thread: the engine's ``done.set()`` resolves a
-    future on this loop."""
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[None] = loop.create_future()
-
-    def wake() -> None:
-        loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(None))
-
-    req.done.add_callback(wake)
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(fut, timeout)
-    return req.done.is_set()
-
-
-async def _cancel_on_disconnect(request: Request, req: GenRequest) -> None:
-    """Cancel ``req`` once the client disconnects. The body has been read, so the next ASGI
-    message is the disconnect (uvicorn sends nothing else to a request whose body is done)."""
+async def _cancel_on_disconnect(request: Request, task: asyncio.Task) -> None:
+    """Cancel the generation once the client disconnects. The body has been read, so the next
+    ASGI message is the disconnect (uvicorn sends nothing else to a request whose body is
+    done)."""
     while True:
         message = await request.receive()
         if message["type"] == "http.disconnect":
-            req.cancel()
+            task.cancel()
             return
 
 
-async def _stream(engine: Engine, req: GenRequest, chunks: asyncio.Queue, label: str):
-    """The response body of a streamed request. When the client disconnects, Starlette stops
-    iterating and closes this generator: ``finally`` then cancels the row."""
+async def _stream(engine: Engine, req: GenRequest, label: str):
+    """The response body of a streamed request: a JSON line per piece of text, then a summary
+    line. When the client disconnects, Starlette closes this generator, which closes the
+    engine's and aborts the request in vLLM."""
+    tokens = engine.generate(req)
     try:
-        async for line in _stream_lines(engine, req, chunks, label):
-            yield line
+        async for text in tokens:
+            yield json.dumps({"token": text}) + "\n"
+    except EngineError as exc:
+        engine.telemetry.requests.labels(label, str(exc.status)).inc()
+        yield json.dumps({"error": exc.message, "status": exc.status}) + "\n"
+        return
     finally:
-        if not req.done.is_set():
-            req.cancel()
-
-
-async def _stream_lines(engine: Engine, req: GenRequest, chunks: asyncio.Queue, label: str):
-    loop = asyncio.get_running_loop()
-    # Queued after every token callback (call_soon_threadsafe is FIFO): ends the stream.
-    req.done.add_callback(lambda: loop.call_soon_threadsafe(chunks.put_nowait, None))
-    deadline = loop.time() + engine.settings.request_timeout_s + 30
-    while True:
-        try:
-            text = await asyncio.wait_for(chunks.get(), max(0.0, deadline - loop.time()))
-        except TimeoutError:
-            break
-        if text is None:
-            break
-        yield json.dumps({"token": text}) + "\n"
-    if not req.done.is_set():
-        yield json.dumps({"error": "request timed out", "status": 504}) + "\n"
-        return
-    if req.error is not None:
-        engine.telemetry.requests.labels(label, str(req.error.status)).inc()
-        yield json.dumps({"error": req.error.message, "status": req.error.status}) + "\n"
-        return
+        await tokens.aclose()
     _account(engine, req, label)
     yield json.dumps({"done": True, **req.result()}) + "\n"

@@ -1,4 +1,8 @@
-"""Runtime settings from the container environment (LMI-style OPTION_* names)."""
+"""Runtime settings from the container environment (LMI-style ``OPTION_*`` names).
+
+Each option keeps the meaning it had before vLLM became the engine; ``engine_args`` says which
+vLLM engine argument it becomes (the README's "Engine options" table lists the same mapping).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,12 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+#: The ranks vLLM's LoRA config accepts as ``max_lora_rank`` (``vllm.config.lora.MaxLoRARanks``);
+#: an OPTION_MAX_LORA_RANK between two of them preallocates at the next one up, while the
+#: runtime still refuses adapters above the option itself.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 def _int(name: str, default: int) -> int:
@@ -31,15 +41,23 @@ def _float(name: str, default: float) -> float:
 @dataclass(frozen=True)
 class Settings:
     model_dir: Path
+    #: Adapters in one batch: vLLM's ``max_loras``, preallocated on the device at max rank.
     max_loras: int = 4
+    #: Adapters vLLM keeps loaded in host memory: ``max_cpu_loras`` (at least ``max_loras``).
     max_cpu_loras: int = 16
     max_lora_rank: int = 64
+    #: The seed article's VRAM headroom: the share of device memory vLLM may take for weights,
+    #: adapter slots and its paged KV cache (``gpu_memory_utilization``).
     vram_headroom: float = 0.85
+    #: Sequences vLLM runs at once (``max_num_seqs``).
     max_batch_size: int = 16
+    #: Requests the server admits at once (running or waiting in vLLM's queue); beyond: 503.
     max_queue: int = 256
     max_input_tokens: int = 2048
     max_new_tokens: int = 1024
     default_max_new_tokens: int = 128
+    #: vLLM's ``max_model_len``: 0 means max_input_tokens + max_new_tokens.
+    max_model_len: int = 0
     max_body_bytes: int = 6 * 1024 * 1024
     request_timeout_s: float = 60.0
     dtype: str = "auto"
@@ -50,27 +68,66 @@ class Settings:
     work_dir: Path = Path(tempfile.gettempdir()) / "lora-runtime"
     max_artifact_bytes: int = 8 * 1024**3
     max_expansion_ratio: float = 100.0
-    #: Prompt tokens one iteration prefills before the running rows take their next step.
+    #: Prompt tokens one engine step may schedule (vLLM's ``max_num_batched_tokens``).
     max_prefill_tokens: int = 4096
-    #: "continuous" (rows join and leave at every decode step) or "static" (a batch forms
-    #: only when the previous one has finished; kept for the side-by-side benchmark).
-    scheduler: str = "continuous"
-    #: transformers' attention implementation. "sdpa" is the fast default; with "eager" a
-    #: bfloat16 row's output does not depend on the padding its batch neighbours bring
-    #: (PyTorch's SDPA kernels change the last bit with the key length; see README).
-    attention: str = "sdpa"
-    #: Bytes the LoRA layers may spend on per-row copies of A and B, to serve a batch that
-    #: mixes adapters with two matrix products per layer (``runtime.lora``); beyond it they
-    #: group rows by adapter instead.
-    lora_gather_bytes: int = 256 * 1024**2
+    #: Largest JSON schema a request may carry, in bytes of its JSON text.
+    max_schema_bytes: int = 64 * 1024
+    #: CPU build only: GiB of host memory for vLLM's KV cache (``VLLM_CPU_KVCACHE_SPACE``);
+    #: 0 leaves vLLM's own default.
+    cpu_kvcache_gib: int = 0
+    #: CPU build only: cores vLLM's OpenMP threads bind to ("all": every core this process
+    #: may use; vLLM's own default reserves one and runs one thread).
+    cpu_threads: str = "all"
 
     def __post_init__(self) -> None:
-        if self.attention not in ("sdpa", "eager"):
-            raise SystemExit(f"OPTION_ATTENTION={self.attention!r} must be 'sdpa' or 'eager'")
-        if self.scheduler not in ("continuous", "static"):
+        if self.max_cpu_loras < self.max_loras:
             raise SystemExit(
-                f"OPTION_SCHEDULER={self.scheduler!r} must be 'continuous' or 'static'"
+                f"OPTION_MAX_CPU_LORAS={self.max_cpu_loras} must be at least "
+                f"OPTION_MAX_LORAS={self.max_loras} (vLLM keeps every batch's adapters in host "
+                "memory too)"
             )
+        if not 1 <= self.max_lora_rank <= VLLM_LORA_RANKS[-1]:
+            raise SystemExit(
+                f"OPTION_MAX_LORA_RANK={self.max_lora_rank} must be 1 to {VLLM_LORA_RANKS[-1]}"
+            )
+        if not 0 < self.vram_headroom <= 1:
+            raise SystemExit(f"OPTION_VRAM_HEADROOM={self.vram_headroom} must be in (0, 1]")
+        if self.quantization not in ("none", "nf4", "fp8"):
+            raise SystemExit(f"OPTION_QUANTIZATION={self.quantization!r} must be none, nf4 or fp8")
+        if self.dtype not in ("auto", "bfloat16", "float16", "float32"):
+            raise SystemExit(
+                f"OPTION_DTYPE={self.dtype!r} must be auto, bfloat16, float16 or float32"
+            )
+
+    @property
+    def model_len(self) -> int:
+        return self.max_model_len or self.max_input_tokens + self.max_new_tokens
+
+    def engine_args(self, *, cuda: bool) -> dict[str, Any]:
+        """vLLM's engine arguments for these settings (``AsyncEngineArgs(**...)``)."""
+        args: dict[str, Any] = {
+            "model": str(self.model_dir),
+            "tokenizer": str(self.model_dir),
+            "enable_lora": True,
+            "max_loras": self.max_loras,
+            "max_cpu_loras": self.max_cpu_loras,
+            "max_lora_rank": next(r for r in VLLM_LORA_RANKS if r >= self.max_lora_rank),
+            "max_num_seqs": self.max_batch_size,
+            "max_model_len": self.model_len,
+            "max_num_batched_tokens": max(self.max_prefill_tokens, self.model_len),
+            "dtype": pick_dtype(self.dtype, cuda=cuda),
+            # The runtime tokenizes (its chat encoding keeps user text from forging control
+            # tokens) and detokenizes through vLLM; vLLM never loads remote code.
+            "trust_remote_code": False,
+            "seed": 0,
+        }
+        if cuda:
+            args["gpu_memory_utilization"] = self.vram_headroom
+        if self.quantization == "nf4":
+            args["quantization"] = "bitsandbytes"
+        elif self.quantization == "fp8":
+            args["quantization"] = "fp8"
+        return args
 
     @classmethod
     def from_env(cls, model_dir: str | Path | None = None) -> Settings:
@@ -85,6 +142,7 @@ class Settings:
             max_queue=_int("OPTION_MAX_QUEUE", 256),
             max_input_tokens=_int("OPTION_MAX_INPUT_TOKENS", 2048),
             max_new_tokens=_int("OPTION_MAX_NEW_TOKENS", 1024),
+            max_model_len=_int("OPTION_MAX_MODEL_LEN", 0),
             max_body_bytes=_int("OPTION_MAX_BODY_BYTES", 6 * 1024 * 1024),
             request_timeout_s=_float("OPTION_REQUEST_TIMEOUT_S", 60.0),
             dtype=os.environ.get("OPTION_DTYPE", "auto"),
@@ -98,7 +156,19 @@ class Settings:
             max_artifact_bytes=_int("OPTION_MAX_ARTIFACT_BYTES", 8 * 1024**3),
             max_expansion_ratio=_float("OPTION_MAX_EXPANSION_RATIO", 100.0),
             max_prefill_tokens=_int("OPTION_MAX_PREFILL_TOKENS", 4096),
-            scheduler=os.environ.get("OPTION_SCHEDULER", "continuous"),
-            attention=os.environ.get("OPTION_ATTENTION", "sdpa"),
-            lora_gather_bytes=_int("OPTION_LORA_GATHER_BYTES", 256 * 1024**2),
+            max_schema_bytes=_int("OPTION_MAX_SCHEMA_BYTES", 64 * 1024),
+            cpu_kvcache_gib=_int("OPTION_CPU_KVCACHE_GIB", 0),
+            cpu_threads=os.environ.get("OPTION_CPU_THREADS", "all"),
         )
+
+
+def pick_dtype(setting: str, *, cuda: bool) -> str:
+    """``auto``: bfloat16 on a GPU of compute capability 8 or newer, float16 on older ones, and
+    float32 on a CPU (where the answers are compared with PEFT's, token for token)."""
+    if setting != "auto":
+        return setting
+    if cuda:
+        import torch
+
+        return "bfloat16" if torch.cuda.get_device_capability()[0] >= 8 else "float16"
+    return "float32"

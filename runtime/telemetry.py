@@ -47,13 +47,11 @@ class Telemetry:
             "lora_device_memory_bytes", "Accelerator memory", ["kind"], registry=r
         )
         self.host_memory = Gauge("lora_host_memory_bytes", "Resident set size", registry=r)
-        self.queue_depth = Gauge("lora_queue_depth", "Requests waiting for a batch", registry=r)
-        self.batch_size = Histogram(
-            "lora_batch_size", "Rows in the running batch at each decode step",
-            buckets=(1, 2, 4, 8, 16, 32, 64), registry=r,
-        )  # fmt: skip
+        self.queue_depth = Gauge(
+            "lora_queue_depth", "Requests admitted and not finished", registry=r
+        )
         self.stopped = Counter(
-            "lora_rows_stopped", "Rows that left the batch before finishing, by reason",
+            "lora_rows_stopped", "Requests aborted before finishing, by reason",
             ["reason"], registry=r,
         )  # fmt: skip
         self.first_token = Histogram(
@@ -101,3 +99,18 @@ def host_total_bytes() -> int:
     except (OSError, ValueError, IndexError):
         pass
     return 0
+
+
+def gpu_memory() -> tuple[int, int] | None:
+    """(used, total) bytes of GPU 0 from NVML, or None without it. vLLM's engine process holds
+    the device; asking torch here would create a second CUDA context in the server process."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0))
+    except pynvml.NVMLError:
+        return None
+    return int(info.used), int(info.total)

@@ -1,4 +1,10 @@
-"""A real runtime server process on a free port, and adapters made in the test with PEFT."""
+"""A real runtime server process (vLLM's CPU build behind it) on a free port, and adapters made
+in the test with PEFT.
+
+vLLM takes about a minute to start on two cores (it imports torch and itself in three
+processes), so one server serves the whole test session; tests that register adapters delete
+them again, under names of their own.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +31,32 @@ ADAPTER_SPECS = {
         16,
     ),
     "qo-r2": (["q_proj", "o_proj"], 2, 4),
+    "all-r64": (
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        64,
+        32,
+    ),
 }
+
+
+def make_mixed_rank_adapter(base: Path, out: Path, seed: int = 7) -> Path:
+    """PEFT's rank_pattern / alpha_pattern: rank 4 by default, 16 on the MLP's down_proj."""
+    torch.manual_seed(seed)
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base),
+        LoraConfig(
+            r=4,
+            lora_alpha=8,
+            target_modules=["q_proj", "v_proj", "down_proj"],
+            rank_pattern={"down_proj": 16},
+            alpha_pattern={"down_proj": 32},
+        ),
+    )
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.4)
+    model.save_pretrained(out)
+    return out
 
 
 def make_adapter(base: Path, out: Path, targets: list[str], r: int, alpha: int, seed: int) -> Path:
@@ -44,10 +75,12 @@ def make_adapter(base: Path, out: Path, targets: list[str], r: int, alpha: int, 
 @pytest.fixture(scope="session")
 def adapters(tiny_base: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("adapters")
-    return {
+    made = {
         name: make_adapter(tiny_base, root / name, t, r, a, seed=i)
         for i, (name, (t, r, a)) in enumerate(ADAPTER_SPECS.items())
     }
+    made["mixed-ranks"] = make_mixed_rank_adapter(tiny_base, root / "mixed-ranks")
+    return made
 
 
 def _free_port() -> int:
@@ -78,7 +111,7 @@ def start_server(model_dir: Path, workdir: Path, **options: str) -> Server:
             stdout=out, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
     srv = Server(f"http://127.0.0.1:{port}", proc, log)
-    deadline = time.time() + 120
+    deadline = time.time() + 300
     while time.time() < deadline:
         try:
             if srv.client.get("/ping").status_code == 200:
@@ -97,12 +130,20 @@ def stop_server(srv: Server) -> None:
     assert "Traceback" not in srv.log.read_text(), srv.log.read_text()
 
 
-@pytest.fixture(scope="module")
+#: The shared server's options: two device slots and two host slots for five adapters (so vLLM
+#: evicts and reloads), and a generation limit long enough for a client to leave mid-way.
+SERVER_OPTIONS = {
+    "OPTION_MAX_LORAS": "2",
+    "OPTION_MAX_CPU_LORAS": "2",
+    "OPTION_MAX_INPUT_TOKENS": "256",
+    "OPTION_MAX_NEW_TOKENS": "3000",
+    "OPTION_MAX_BODY_BYTES": "65536",
+    "OPTION_CPU_KVCACHE_GIB": "1",
+}
+
+
+@pytest.fixture(scope="session")
 def server(tiny_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(
-        tiny_base, tmp_path_factory.mktemp("server"),
-        OPTION_MAX_LORAS="2", OPTION_MAX_CPU_LORAS="2", OPTION_MAX_INPUT_TOKENS="256",
-        OPTION_MAX_NEW_TOKENS="64", OPTION_MAX_BODY_BYTES="65536",
-    )  # fmt: skip
+    srv = start_server(tiny_base, tmp_path_factory.mktemp("server"), **SERVER_OPTIONS)
     yield srv
     stop_server(srv)
