@@ -7,6 +7,7 @@ collected, not raised one at a time, so a catalog with three mistakes shows all 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,9 +156,53 @@ def load_catalog(path: Path | str = CATALOG_PATH) -> Catalog:
             issues.append(Issue(file, label, "base", f"unknown base {a.base!r} (known: {known})"))
             continue
         issues.extend(_rank_issues(file, label, a, a.base, base))
+        issues.extend(_schema_issues(path.parent, file, label, a))
     if issues:
         raise CatalogError(issues)
     return catalog
+
+
+#: The built-in schemas an entry may name without ``.json`` (``json_schema: sales-record``).
+SCHEMAS_DIR = Path(__file__).resolve().parent / "schemas"
+#: Largest JSON schema an entry may name (the runtime's OPTION_MAX_SCHEMA_BYTES default).
+MAX_SCHEMA_BYTES = 64 * 1024
+
+
+def _schema_issues(root: Path, file: str, label: str, a: AdapterEntry) -> list[Issue]:
+    """Read the entry's JSON Schema file and check it as a JSON Schema (``jsonschema``'s
+    metaschema check), so a broken schema fails ``make check`` and not every request."""
+    if a.json_schema is None:
+        return []
+
+    def issue(why: str) -> list[Issue]:
+        return [Issue(file, label, "json_schema", f"{a.json_schema}: {why}")]
+
+    if a.json_schema.endswith(".json"):
+        path, where = root / a.json_schema, "file not found (paths are relative to the catalog)"
+    else:
+        path = SCHEMAS_DIR / f"{a.json_schema}.json"
+        known = ", ".join(sorted(p.stem for p in SCHEMAS_DIR.glob("*.json")))
+        where = f"no built-in schema of that name (built in: {known}; or name a .json file)"
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return issue(where)
+    if len(raw) > MAX_SCHEMA_BYTES:
+        return issue(f"{len(raw)} bytes, over the limit of {MAX_SCHEMA_BYTES}")
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return issue(f"not valid JSON ({exc})")
+    if not isinstance(doc, dict):
+        return issue("must be a JSON object (a JSON Schema)")
+    from jsonschema import exceptions, validators
+
+    try:
+        validators.validator_for(doc).check_schema(doc)
+    except exceptions.SchemaError as exc:
+        return issue(f"not a valid JSON Schema: {exc.message}")
+    a._json_schema_document = doc
+    return []
 
 
 def _rank_issues(
@@ -241,10 +286,17 @@ class Deployment:
                     "principals": list(a.entry.allow.principals),
                     "cache": a.entry.cache,
                     **_quota(a.entry),
+                    **_schema(a.entry),
                 }
                 for a in self.adapters
             },
         }
+
+
+def _schema(entry: AdapterEntry) -> dict[str, Any]:
+    """The entry's default JSON schema for the routing table, when it names one."""
+    doc = entry.json_schema_document
+    return {"json_schema": doc} if doc is not None else {}
 
 
 def _quota(entry: AdapterEntry) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from config.loader import Deployment
 from config.schema import BaseModelEntry
-from config.tasks import TARGET_MODULES
+from config.tasks import TARGET_MODULES, Targets
 
 GIB = 1024**3
 
@@ -61,7 +61,7 @@ class Plan:
             ("usable (headroom)", f"{self.usable_gib:.2f} GiB"),
             ("base weights", f"{self.base_gib:.2f} GiB"),
             ("KV cache", f"{self.kv_gib:.2f} GiB"),
-            ("largest adapter", f"{self.adapter_mib:.1f} MiB"),
+            ("one device slot", f"{self.adapter_mib:.1f} MiB (max rank, every projection)"),
             ("adapters that fit", str(self.fits)),
             ("OPTION_MAX_LORAS", f"{self.max_loras} ({self.source})"),
         ]
@@ -76,17 +76,23 @@ def base_bytes(base: BaseModelEntry) -> float:
     return params * BYTES_PER_PARAM[base.dtype]
 
 
-#: The runtime keeps LoRA weights in float32 on every base dtype, as PEFT does (runtime.lora):
-#: a bfloat16 copy changes the greedy token. So a slot costs 4 bytes per LoRA parameter.
-LORA_BYTES_PER_PARAM = 4.0
+#: The ranks vLLM preallocates device slots at (``vllm.config.lora.MaxLoRARanks``): the base's
+#: ``max_lora_rank`` rounded up to one of them (runtime/settings.py does the same).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def slot_rank(base: BaseModelEntry) -> int:
+    return next(r for r in VLLM_LORA_RANKS if r >= base.max_lora_rank)
 
 
 def adapter_bytes(base: BaseModelEntry, rank: int, modules: tuple[str, ...]) -> float:
-    """One device slot: A and B of every targeted projection, over the base's layer shapes
-    (Qwen3 and Llama name their projections alike)."""
+    """One device slot: A and B of the given projections at ``rank``, over the base's layer
+    shapes (Qwen3 and Llama name their projections alike), in the base's dtype: vLLM keeps LoRA
+    weights in the model's dtype (``lora_dtype: auto``; a 4-bit base computes in bfloat16)."""
     shapes = base.architecture.module_shapes()
     per_layer = sum(rank * (shapes[m][0] + shapes[m][1]) for m in modules)
-    return per_layer * base.architecture.num_hidden_layers * LORA_BYTES_PER_PARAM
+    dtype_bytes = 2.0 if base.quantization == "nf4" else BYTES_PER_PARAM[base.dtype]
+    return per_layer * base.architecture.num_hidden_layers * dtype_bytes
 
 
 def plan(dep: Deployment) -> Plan:
@@ -101,12 +107,9 @@ def plan(dep: Deployment) -> Plan:
     usable = device_gib * s.vram_headroom
     base = base_bytes(dep.base) / GIB
     kv = s.kv_cache_gb
-    rank = max((a.profile.rank for a in dep.adapters), default=1)
-    modules = (
-        tuple(sorted({m for a in dep.adapters for m in TARGET_MODULES[a.profile.targets]}))
-        or TARGET_MODULES[next(iter(TARGET_MODULES))]
-    )
-    adapter = adapter_bytes(dep.base, rank, modules)
+    # vLLM preallocates every slot at max rank for every projection it can wrap, whatever the
+    # catalog's adapters use.
+    adapter = adapter_bytes(dep.base, slot_rank(dep.base), TARGET_MODULES[Targets.all_linear])
     fits = int((usable - base - kv) * GIB // adapter) if usable > base + kv else 0
     pinned = sum(1 for a in dep.adapters if a.entry.pin)
     where = f"environment {dep.env.name!r} ({s.instance_type}, base {dep.base_key!r})"
@@ -124,9 +127,11 @@ def plan(dep: Deployment) -> Plan:
         max_loras, source = s.max_loras, "environment"
     else:
         # Not capped by the number of adapters: the value sits in the model's environment, and
-        # adding a catalog entry must not restart the base. The host tier bounds it instead
-        # (LMI requires max_cpu_loras >= max_loras).
-        max_loras, source = max(1, min(fits, s.max_cpu_loras)), "planner"
+        # adding a catalog entry must not restart the base. The host tier bounds it (vLLM
+        # requires max_cpu_loras >= max_loras), and so does the batch: a batch of
+        # max_batch_size sequences holds at most that many adapters, and every further slot
+        # would take its preallocation from the KV cache for nothing.
+        max_loras, source = max(1, min(fits, s.max_cpu_loras, s.max_batch_size)), "planner"
     if pinned > max_loras:
         raise CapacityError(
             f"{where}: {pinned} pinned adapters exceed {max_loras} device slots; unpin some"

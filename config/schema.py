@@ -11,7 +11,14 @@ import re
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 
 from config.tasks import TARGET_MODULES, TASK_PROFILES, Targets, TaskProfile
 
@@ -257,6 +264,30 @@ class AdapterEntry(_Strict):
         description="who a cached answer may be shown to: the asking tenant only (default), "
         "every caller allowed to use the adapter (shared), or nobody (off)",
     )
+    json_schema: str | None = Field(
+        default=None,
+        description="the JSON Schema this adapter's requests are decoded to when they name none "
+        "of their own: a built-in one by name (config/schemas/NAME.json) or a .json file "
+        "relative to the catalog",
+    )
+    #: The schema file's document, read and checked by the loader (``config.loader``).
+    _json_schema_document: dict | None = PrivateAttr(default=None)
+
+    @field_validator("json_schema")
+    @classmethod
+    def _schema_path(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if v.endswith(".json"):
+            if v.startswith("/") or ".." in v.split("/"):
+                raise ValueError(f"{v!r} must be a .json file inside the catalog's directory")
+        elif not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", v):
+            raise ValueError(f"{v!r} is neither a built-in schema name nor a .json file")
+        return v
+
+    @property
+    def json_schema_document(self) -> dict | None:
+        return self._json_schema_document
 
     @field_validator("name")
     @classmethod
@@ -317,8 +348,11 @@ class Catalog(_Strict):
 
 
 class Engine(StrEnum):
+    """The model server. One: this project's runtime on vLLM. ``lmi`` (AWS's LMI image) was
+    removed: it runs the same vLLM without the runtime's adapter checks, artifact identity,
+    request bounds and CPU build, so it could be neither tested here nor smoke-checked there."""
+
     runtime = "runtime"
-    lmi = "lmi"
 
 
 class ServingConfig(_Strict):
@@ -492,6 +526,17 @@ class Environment(_Strict):
         description="serve catalog base X as Y here (the local platform's tiny stand-in)",
     )
     engine: Engine = Engine.runtime
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine(cls, v: object) -> object:
+        if v == "lmi":
+            raise ValueError(
+                "engine 'lmi' was removed: the runtime serves on vLLM itself (the same engine "
+                "LMI wraps) with adapter checks and artifact identity; delete the field"
+            )
+        return v
+
     adapters: Literal["all"] | list[str] = "all"
     serving: ServingConfig
     cache: CacheConfig = Field(default_factory=CacheConfig)

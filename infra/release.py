@@ -41,7 +41,6 @@ from typing import Any
 
 from config import CATALOG_PATH, ENVIRONMENTS_DIR, Deployment, load_deployment
 from config.compat import TOKENIZER_FILES, tokenizer_sha256
-from config.schema import Engine
 from infra.storage import ADAPTER_PREFIX, BASE_PREFIX
 from training.package import sha256_file
 
@@ -180,9 +179,7 @@ class Release:
         return [f"{n}: {s}" for n in names if (s := self.stack_state(n)) != "done"]
 
     def image_uri(self) -> tuple[str, str, str] | None:
-        """(registry id, repository, reference) of the runtime image; None for AWS's LMI image."""
-        if self.dep.env.engine is Engine.lmi:
-            return None
+        """(registry id, repository, reference) of the runtime image."""
         ref = self.dep.base.image
         m = ref.external
         registry = m["account"] if m else self.account
@@ -272,8 +269,6 @@ class Release:
         if step == "stacks":
             return self._stacks_missing(self.foundation_stacks())
         if step == "image":
-            if self.image_uri() is None:
-                return []
             if (
                 self._stacks_missing(self.foundation_stacks()[1:2])
                 and not self.dep.base.image.external

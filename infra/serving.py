@@ -28,19 +28,19 @@ from constructs import Construct
 
 from config import Deployment
 from config.plan import plan
-from config.schema import Engine
 from infra.lifecycle import removal_policy, retention
 from infra.nag import acknowledge, checkov_skip
 from infra.storage import ADAPTER_PREFIX, BASE_PREFIX
 
 VARIANT = "AllTraffic"
-#: AWS's Large Model Inference image (DJL Serving + vLLM) for ``engine: lmi``, from AWS's
-#: deep-learning-containers registry account.
-LMI_ACCOUNT = "763104351884"
-LMI_REPOSITORY = "djl-inference"
-#: LMI V16 (DJL Serving 0.34.0) is the first release whose notes list "Multi-LoRA (adapters)"
-#: support (djl-serving ``serving/docs/lmi/release_notes.md``); V15 lists none.
-LMI_TAG = "0.34.0-lmi16.0.0-cu128"
+#: The image runs vLLM 0.32.0's CUDA build, whose torch 2.13.0 is built on CUDA 13.0
+#: (``cuda-toolkit==13.0.3`` in its requirements), and CUDA 13.0 needs an NVIDIA driver of the
+#: 580 series. AWS's inference-gpu-drivers page lists the default real-time drivers as "470,
+#: CUDA 11.4" for ml.g5 (and 535 / 550 for p5 and g6): none runs it. botocore's SageMaker model
+#: (ProductionVariant.InferenceAmiVersion) documents "al2023-ami-sagemaker-inference-gpu-4-1:
+#: NVIDIA driver version: 580, CUDA version: 13.0", and cfn-lint's AWS::SageMaker::EndpointConfig
+#: schema lists it among the allowed values.
+INFERENCE_AMI_VERSION = "al2023-ami-sagemaker-inference-gpu-4-1"
 #: Namespace of the metrics SageMaker publishes per inference component (CloudWatch docs,
 #: "Amazon SageMaker AI metrics": inference component metrics).
 COMPONENT_METRICS_NAMESPACE = "/aws/sagemaker/InferenceComponents"
@@ -86,7 +86,7 @@ def rollback_alarm_name(dep: Deployment) -> str:
 
 
 def container_environment(dep: Deployment) -> dict[str, str]:
-    """Serving options; the names follow LMI's so both engines read the same settings."""
+    """Serving options (LMI-style names; runtime/settings.py maps each to vLLM's argument)."""
     s, base, p = dep.env.serving, dep.base, plan(dep)
     env = {
         "OPTION_MAX_LORAS": str(p.max_loras),
@@ -94,12 +94,6 @@ def container_environment(dep: Deployment) -> dict[str, str]:
         "OPTION_MAX_LORA_RANK": str(base.max_lora_rank),
         "OPTION_ENABLE_LORA": "true",
     }
-    if dep.env.engine is Engine.lmi:
-        env |= {
-            "OPTION_ROLLING_BATCH": "vllm",
-            "OPTION_MAX_ROLLING_BATCH_SIZE": str(s.max_batch_size),
-        }
-        return env
     env |= {
         "OPTION_VRAM_HEADROOM": str(s.vram_headroom),
         "OPTION_MAX_BATCH_SIZE": str(s.max_batch_size),
@@ -117,22 +111,12 @@ def container_environment(dep: Deployment) -> dict[str, str]:
 class Image:
     """The container image the model runs, and the ECR repository ARN its pull needs.
 
-    ``engine: runtime`` takes the catalog's image: the environment's own repository
-    (``PREFIX/NAME``, by name, so no cross-stack export) or an external ECR address as given.
-    ``engine: lmi`` takes AWS's LMI image, pulled from AWS's own registry account.
+    The catalog's image: the environment's own repository (``PREFIX/NAME``, by name, so no
+    cross-stack export) or an external ECR address as given.
     """
 
     def __init__(self, scope: Construct, dep: Deployment) -> None:
         stack = Stack.of(scope)
-        if dep.env.engine is Engine.lmi:
-            self.uri = (
-                f"{LMI_ACCOUNT}.dkr.ecr.{stack.region}.{Aws.URL_SUFFIX}/{LMI_REPOSITORY}:{LMI_TAG}"
-            )
-            self.repository_arn = stack.format_arn(
-                service="ecr", account=LMI_ACCOUNT, resource="repository",
-                resource_name=LMI_REPOSITORY,
-            )  # fmt: skip
-            return
         ref = dep.base.image
         if (m := ref.external) is not None:
             self.uri = f"{ref.repository}{ref.reference}"
@@ -251,6 +235,7 @@ class Serving(Construct):
                     routing_config=sm.CfnEndpointConfig.RoutingConfigProperty(
                         routing_strategy="LEAST_OUTSTANDING_REQUESTS"
                     ),
+                    inference_ami_version=INFERENCE_AMI_VERSION if s.accelerators else None,
                 )
             ],
         )

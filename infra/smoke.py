@@ -32,7 +32,6 @@ from config import (
     Deployment,
     load_deployment,
 )
-from config.schema import Engine
 
 SMOKE_INPUT = "smoke test: reply with a few words"
 
@@ -45,8 +44,6 @@ class Result:
     ms: float
     artifact: dict[str, Any] | None
     detail: str
-    #: False where the engine reports no identity (AWS's LMI image): status alone decides.
-    identity_required: bool = True
 
     @property
     def served(self) -> str:
@@ -60,7 +57,7 @@ class Result:
     def mismatch(self) -> str | None:
         a = self.artifact or {}
         if not a:
-            return "the container reported no artifact" if self.identity_required else None
+            return "the container reported no artifact"
         if (a.get("name"), a.get("version")) != (self.adapter, self.version):
             return f"expected {self.adapter}@{self.version}"
         return None
@@ -130,8 +127,7 @@ def invoke_all(dep: Deployment, url: str, timeout_s: float = 60.0) -> list[Resul
             else str(answer.get("error") or answer.get("message") or answer)
         )
         results.append(Result(a.name, a.entry.version, status, ms, answer.get("artifact"),
-                              " ".join(detail.split())[:60],
-                              identity_required=dep.env.engine is not Engine.lmi))  # fmt: skip
+                              " ".join(detail.split())[:60]))  # fmt: skip
     return results
 
 

@@ -10,7 +10,6 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from config import Deployment
-from config.schema import Engine
 from infra.lifecycle import removal_policy
 from infra.nag import acknowledge, checkov_skip
 
@@ -102,10 +101,10 @@ class Storage(Construct):
                     "training code, and versioning keeps every published adapter.",
                 )
         # The catalog's image repository, in this environment's namespace (``PREFIX/NAME``);
-        # none when the image lives elsewhere (an external ECR address, or AWS's LMI image).
+        # none when the image lives elsewhere (an external ECR address).
         image = dep.base.image
         self.repository: ecr.Repository | None = None
-        if dep.env.engine is Engine.lmi or image.external:
+        if image.external:
             return
         self.repository = ecr.Repository(
             self,

@@ -279,6 +279,10 @@ def prepare(
                        code="QuotaExceeded",
                        headers={"Retry-After": str(quota.retry_after_s)})  # fmt: skip
     payload: dict[str, Any] = {"parameters": req.parameters.model_dump(exclude_none=True)}
+    # The catalog's default schema for this adapter (sales-json's record), unless the request
+    # names its own; before the cache key, so the key holds the schema that was decoded to.
+    if req.parameters.json_schema is None and isinstance(route.get("json_schema"), dict):
+        payload["parameters"]["json_schema"] = route["json_schema"]
     if req.inputs is not None:
         payload["inputs"] = req.inputs
     else:
@@ -347,7 +351,7 @@ def serve(
 def _served_as_routed(adapter: str, version: str, result: dict[str, Any]) -> bool:
     """Whether the artifact the container reports is the one the key names. During a rollout a
     container may still serve the previous version; its answer must not be cached under the new
-    one. Engines that report no identity (AWS's LMI image) are trusted to the routing table."""
+    one."""
     artifact = result.get("artifact")
     if not isinstance(artifact, dict):
         return True

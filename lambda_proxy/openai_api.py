@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
@@ -27,6 +27,32 @@ _TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
     404: "not_found_error", 413: "invalid_request_error", 429: "rate_limit_error",
 }  # fmt: skip
+
+
+class JsonSchemaFormat(BaseModel):
+    """OpenAI's ``response_format.json_schema``: the schema under ``schema``."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """``{"type": "text"}``, ``{"type": "json_object"}`` (any JSON object) or
+    ``{"type": "json_schema", "json_schema": {...}}``; decoded with vLLM's structured outputs."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    def schema_for_decoding(self) -> dict[str, Any] | None:
+        if self.type == "json_schema":
+            if self.json_schema is None:
+                raise ValueError("response_format.json_schema is required for type json_schema")
+            return self.json_schema.schema_
+        return {"type": "object"} if self.type == "json_object" else None
 
 
 class _OpenAIRequest(BaseModel):
@@ -45,6 +71,7 @@ class _OpenAIRequest(BaseModel):
     user: str | None = None
     frequency_penalty: float | None = Field(default=None, ge=0.0, le=0.0)
     presence_penalty: float | None = Field(default=None, ge=0.0, le=0.0)
+    response_format: ResponseFormat | None = None
 
 
 class ChatRequest(_OpenAIRequest):
@@ -125,6 +152,13 @@ def _native(req: _OpenAIRequest, prompt: dict[str, Any]) -> dict[str, Any]:
         params["stop"] = [req.stop] if isinstance(req.stop, str) else req.stop
     if req.seed is not None:
         params["seed"] = req.seed
+    if req.response_format is not None:
+        try:
+            schema = req.response_format.schema_for_decoding()
+        except ValueError as exc:
+            raise Refused(error(400, str(exc), param="response_format")) from None
+        if schema is not None:
+            params["json_schema"] = schema
     return {**prompt, "parameters": params}
 
 

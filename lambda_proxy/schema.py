@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -17,6 +18,21 @@ class Message(BaseModel):
 #: repeated here): temperature 0 or at least MIN_TEMPERATURE, a penalty within the range.
 MIN_TEMPERATURE = 1e-2
 REPETITION_PENALTY = (0.1, 10.0)
+
+
+#: The runtime's bounds on a JSON schema (runtime/schemas.py, OPTION_MAX_SCHEMA_BYTES).
+MAX_SCHEMA_BYTES = 64 * 1024
+MAX_SCHEMA_DEPTH = 32
+
+
+def _depth(node: Any, level: int = 0) -> int:
+    if level > MAX_SCHEMA_DEPTH:
+        return level
+    if isinstance(node, dict):
+        return max((_depth(v, level + 1) for v in node.values()), default=level)
+    if isinstance(node, list):
+        return max((_depth(v, level + 1) for v in node), default=level)
+    return level
 
 
 class Parameters(BaseModel):
@@ -39,6 +55,21 @@ class Parameters(BaseModel):
     stop: list[str] = Field(default_factory=list)
     seed: int | None = Field(default=None, ge=0, lt=2**31)
     do_sample: bool = False
+    #: Decode the answer to this JSON Schema (the runtime checks it against the metaschema and
+    #: hands it to vLLM's structured outputs); part of the cache key like every parameter.
+    json_schema: dict[str, Any] | None = None
+
+    @field_validator("json_schema")
+    @classmethod
+    def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is None:
+            return v
+        size = len(json.dumps(v, separators=(",", ":")).encode())
+        if size > MAX_SCHEMA_BYTES:
+            raise ValueError(f"is {size} bytes, over the limit of {MAX_SCHEMA_BYTES}")
+        if _depth(v) > MAX_SCHEMA_DEPTH:
+            raise ValueError(f"nests deeper than {MAX_SCHEMA_DEPTH} levels")
+        return v
 
     @field_validator("max_new_tokens")
     @classmethod

@@ -228,6 +228,8 @@ def runtime_environment(dep: Deployment, base_dir: Path, state_dir: Path) -> dic
         "OPTION_MAX_BATCH_SIZE": str(s.max_batch_size),
         "OPTION_DTYPE": "auto",
         "OPTION_WORK_DIR": str(state_dir / "runtime-work"),
+        # vLLM's CPU build: its KV cache in host memory (the GPU's is OPTION_VRAM_HEADROOM).
+        "OPTION_CPU_KVCACHE_GIB": "2",
         "OPTION_REQUEST_TIMEOUT_S": f"{dep.env.router.generation_timeout_s:g}",
         "BASE_MODEL_ID": base.model_id,
         "BASE_REVISION": base.revision,

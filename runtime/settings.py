@@ -72,9 +72,10 @@ class Settings:
     max_prefill_tokens: int = 4096
     #: Largest JSON schema a request may carry, in bytes of its JSON text.
     max_schema_bytes: int = 64 * 1024
-    #: CPU build only: GiB of host memory for vLLM's KV cache (``VLLM_CPU_KVCACHE_SPACE``);
-    #: 0 leaves vLLM's own default.
-    cpu_kvcache_gib: int = 0
+    #: CPU build only: GiB of host memory for vLLM's KV cache (``VLLM_CPU_KVCACHE_SPACE``).
+    #: 0 lets vLLM size it as OPTION_VRAM_HEADROOM of the memory node, which it refuses to
+    #: start with when other processes hold more than the rest (a developer's machine does).
+    cpu_kvcache_gib: int = 1
     #: CPU build only: cores vLLM's OpenMP threads bind to ("all": every core this process
     #: may use; vLLM's own default reserves one and runs one thread).
     cpu_threads: str = "all"
@@ -120,6 +121,11 @@ class Settings:
             # tokens) and detokenizes through vLLM; vLLM never loads remote code.
             "trust_remote_code": False,
             "seed": 0,
+            # Compact JSON under a schema, as the adapters' labels are written: a grammar that
+            # allows any whitespace lets a model spend its whole budget on it (measured: an
+            # untrained model wrote tabs until max_new_tokens). vLLM sets this per engine, and
+            # only for a named backend: xgrammar, its default.
+            "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
         }
         if cuda:
             args["gpu_memory_utilization"] = self.vram_headroom
@@ -157,7 +163,7 @@ class Settings:
             max_expansion_ratio=_float("OPTION_MAX_EXPANSION_RATIO", 100.0),
             max_prefill_tokens=_int("OPTION_MAX_PREFILL_TOKENS", 4096),
             max_schema_bytes=_int("OPTION_MAX_SCHEMA_BYTES", 64 * 1024),
-            cpu_kvcache_gib=_int("OPTION_CPU_KVCACHE_GIB", 0),
+            cpu_kvcache_gib=_int("OPTION_CPU_KVCACHE_GIB", 1),
             cpu_threads=os.environ.get("OPTION_CPU_THREADS", "all"),
         )
 

@@ -227,6 +227,9 @@ def train(
                 "card": datasets.card(split.task),
             },
             "prompt": prompt_format(profile),
+            # The catalog's default output schema: the runtime decodes to it when a request
+            # (sent to the container directly, not through the router) names none.
+            **({"json_schema": entry.json_schema_document} if entry.json_schema_document else {}),
             "training": {
                 # SageMaker sets TRAINING_JOB_NAME in a training container (the SDK's own
                 # container drivers read it); publish then checks the job's recorded metrics.

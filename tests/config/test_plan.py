@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from config import CATALOG_PATH, ENVIRONMENTS_DIR, load_deployment
-from config.plan import GIB, CapacityError, adapter_bytes, base_bytes, plan
+from config.plan import GIB, CapacityError, base_bytes, plan, slot_rank
 
 REAL = yaml.safe_load(CATALOG_PATH.read_text())
 
@@ -32,17 +32,18 @@ def test_the_seed_formula_on_a_g5_xlarge() -> None:
     expected = int((usable - base_bytes(dep.base) / GIB - dep.env.serving.kv_cache_gb) * GIB
                    // (p.adapter_mib * 2**20))  # fmt: skip
     assert p.fits == expected > 0
-    assert p.max_loras == min(expected, dep.env.serving.max_cpu_loras)
-    # The largest adapter in the catalog sizes a slot: medical r64 on all linear layers.
-    assert p.adapter_mib * 2**20 == adapter_bytes(dep.base, 64, p_modules(dep))
+    s = dep.env.serving
+    assert p.max_loras == min(expected, s.max_cpu_loras, s.max_batch_size)
 
 
-def p_modules(dep) -> tuple[str, ...]:
-    from config.tasks import TARGET_MODULES
-
-    return tuple(
-        sorted({m for a in dep.adapters for m in TARGET_MODULES[a.entry.profile().targets]})
-    )
+def test_a_slot_is_what_vllm_preallocates_max_rank_every_projection_base_dtype() -> None:
+    """vLLM sizes each of max_loras slots at max_lora_rank for all seven projections, in the
+    model's dtype: Qwen3-4B at rank 64 in bfloat16 is 57,344 * 64 * 36 layers * 2 bytes."""
+    dep = load_deployment("dev")
+    p = plan(dep)
+    assert (dep.base.max_lora_rank, dep.base.dtype) == (64, "bfloat16")
+    assert p.adapter_mib * 2**20 == 57_344 * 64 * 36 * 2
+    assert slot_rank(dep.base) == 64
 
 
 def test_a_configuration_that_cannot_fit_is_refused_naming_the_setting(tmp_path: Path) -> None:

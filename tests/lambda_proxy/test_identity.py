@@ -172,7 +172,7 @@ def test_sampling_parameters_outside_the_runtimes_bounds_are_a_400(router, param
 
 def test_the_router_and_the_runtime_share_their_sampling_bounds() -> None:
     from lambda_proxy import schema
-    from runtime import sampler
+    from runtime import request
 
-    assert schema.MIN_TEMPERATURE == sampler.MIN_TEMPERATURE
-    assert schema.REPETITION_PENALTY == sampler.REPETITION_PENALTY
+    assert schema.MIN_TEMPERATURE == request.MIN_TEMPERATURE
+    assert schema.REPETITION_PENALTY == request.REPETITION_PENALTY

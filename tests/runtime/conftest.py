@@ -92,6 +92,7 @@ def _free_port() -> int:
 class Server:
     def __init__(self, url: str, proc: subprocess.Popen, log: Path) -> None:
         self.url, self.proc, self.log = url, proc, log
+        self.started_s = 0.0
         self.client = httpx.Client(base_url=url, timeout=60)
 
     def invoke(self, adapter: str | None = None, **body) -> httpx.Response:
@@ -111,10 +112,12 @@ def start_server(model_dir: Path, workdir: Path, **options: str) -> Server:
             stdout=out, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
     srv = Server(f"http://127.0.0.1:{port}", proc, log)
-    deadline = time.time() + 300
+    t0 = time.time()
+    deadline = t0 + 300
     while time.time() < deadline:
         try:
             if srv.client.get("/ping").status_code == 200:
+                srv.started_s = time.time() - t0
                 return srv
         except httpx.TransportError:
             pass

@@ -163,6 +163,11 @@ BROKEN = {
         "do not load",
     ),
     "dora": (_set_cfg(use_dora=True), "DoRA"),
+    # Shapes vLLM cannot serve: added vocabulary, the embeddings or the LM head as targets.
+    "extra-vocab": (lambda d: (d / "added_tokens.json").write_text('{"<new>": 1024}'),
+                    "adds vocabulary"),
+    "embedding-target": (_set_cfg(target_modules=["q_proj", "embed_tokens"]), "embed_tokens"),
+    "lm-head-saved": (_set_cfg(modules_to_save=["lm_head"]), "modules_to_save"),
     # A manifest whose recorded hash is not the file's: the artifact was altered after packing.
     "manifest-hash": (
         lambda d: (d / "manifest.json").write_text(json.dumps(
@@ -484,3 +489,72 @@ def test_a_malformed_prompt_format_is_refused(server, adapters, tmp_path, prompt
                                                  "base": _served_base(d), "prompt": prompt}))  # fmt: skip
     r = server.client.post("/adapters", json={"name": "badprompt", "src": str(d)})
     assert r.status_code == 424 and "prompt" in r.json()["error"], r.text
+
+
+def test_a_json_schema_constrains_the_output_to_valid_json(server, adapters) -> None:
+    """vLLM's structured outputs: even an untrained base's answer validates against the schema
+    (the runtime checks the schema first and hands it to the engine)."""
+    from jsonschema import Draft202012Validator
+
+    # A finite language (an enum and a boolean, no free text or digits), so that even an
+    # untrained model's answer must end within the budget.
+    schema = {"type": "object", "additionalProperties": False, "required": ["stage", "won"],
+              "properties": {"stage": {"enum": ["prospect", "closed"]}, "won": {"type": "boolean"}}}  # fmt: skip
+    assert server.client.post("/adapters", json={"name": "js", "src": str(adapters["mlp-r8"])})
+    for adapter in (None, "js"):
+        r = server.invoke(adapter, inputs="Rep: how many laptops?",
+                          parameters={"max_new_tokens": 40, "json_schema": schema})  # fmt: skip
+        out = r.json()
+        assert r.status_code == 200 and out["finish_reason"] == "stop", out
+        Draft202012Validator(schema).validate(json.loads(out["generated_text"]))
+    server.client.delete("/adapters/js")
+
+
+@pytest.mark.parametrize(("schema", "why"), [({"type": "no-such-type"}, "not a valid JSON Schema"),
+                                             ({"properties": {"a": {"description": "x" * 70_000}}},
+                                              "over the limit"), ([1], "malformed")])  # fmt: skip
+def test_a_bad_schema_is_a_400_naming_it(server, schema, why) -> None:
+    r = server.client.post("/invocations", json={"inputs": "x", "parameters": {
+        "json_schema": schema}})  # fmt: skip
+    assert r.status_code in (400, 413), r.text
+    assert why in r.text or r.status_code == 413
+
+
+def test_an_adapters_manifest_schema_is_its_default(server, adapters, tmp_path) -> None:
+    d = tmp_path / "with-schema"
+    shutil.copytree(adapters["attn-r4"], d)
+    small = {"type": "object", "required": ["ok"], "additionalProperties": False,
+             "properties": {"ok": {"type": "boolean"}}}  # fmt: skip
+    (d / "manifest.json").write_text(json.dumps({"name": "s", "version": "1", "base": _served_base(d),
+                                                 "json_schema": small}))  # fmt: skip
+    assert (
+        server.client.post("/adapters", json={"name": "schemed", "src": str(d)}).status_code == 200
+    )
+    out = server.invoke("schemed", inputs="hello", parameters={"max_new_tokens": 20}).json()
+    assert json.loads(out["generated_text"]) in ({"ok": True}, {"ok": False}), out
+    server.client.delete("/adapters/schemed")
+
+
+def test_a_chat_with_only_a_user_turn_gets_the_adapters_instruction(
+    server, adapters, tmp_path
+) -> None:
+    """What an OpenAI client sends: a user turn alone. The adapter's recorded instruction takes
+    the system turn's place (not the chat template's default prompt), so the answer equals the
+    ``inputs`` request's."""
+    d = tmp_path / "chat-only-user"
+    shutil.copytree(adapters["all-r16"], d)
+    system = "Expand the clinical shorthand into full medical terminology."
+    (d / "manifest.json").write_text(json.dumps({
+        "name": "chat-trained", "version": "1", "base": _served_base(d),
+        "prompt": {"format": "chat", "system": system, "input_role": "user"}}))  # fmt: skip
+    assert (
+        server.client.post("/adapters", json={"name": "userturn", "src": str(d)}).status_code == 200
+    )
+    note = "pt 72yo f c/o brbpr and ha x3d."
+    params = {"max_new_tokens": 8, "min_new_tokens": 8, "details": True}
+    as_inputs = server.invoke("userturn", inputs=note, parameters=params).json()
+    user_only = server.invoke("userturn", messages=[{"role": "user", "content": note}],
+                              parameters=params).json()  # fmt: skip
+    assert user_only["usage"]["input_tokens"] == as_inputs["usage"]["input_tokens"]
+    assert user_only["token_ids"] == as_inputs["token_ids"]
+    server.client.delete("/adapters/userturn")

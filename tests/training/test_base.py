@@ -143,10 +143,8 @@ def test_the_pretrained_base_is_what_the_catalog_says(smollm2: Path) -> None:
 
 def test_the_runtime_serves_the_llama_base_with_an_adapter(smollm2: Path, tmp_path: Path) -> None:
     """The code path that serves Qwen3-4B serves the Llama-architecture base too: a PEFT adapter
-    on it gives through the engine what it gives in PEFT."""
-    from runtime.engine import Engine
-    from runtime.request import GenParams, GenRequest
-    from runtime.settings import Settings
+    on it gives through the server (vLLM's CPU build) what it gives in PEFT."""
+    from tests.runtime.conftest import start_server, stop_server
 
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(smollm2),
                            LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "down_proj"]))  # fmt: skip
@@ -161,13 +159,13 @@ def test_the_runtime_serves_the_llama_base_with_an_adapter(smollm2: Path, tmp_pa
         expected = model.generate(**ids, max_new_tokens=6, do_sample=False)[
             0, ids["input_ids"].shape[1] :
         ]
-    engine = Engine(Settings(model_dir=smollm2, work_dir=tmp_path / "w"))
-    engine.start()
+    server = start_server(smollm2, tmp_path, OPTION_MAX_INPUT_TOKENS="256",
+                          OPTION_MAX_NEW_TOKENS="64", OPTION_CPU_KVCACHE_GIB="1")  # fmt: skip
     try:
-        engine.cache.register(engine.cache.validate("smol", tmp_path / "adapter"), pin=False)
-        req = GenRequest(adapter="smol", input_ids=engine.encode(prompt, None),
-                         params=GenParams(max_new_tokens=6, min_new_tokens=6))  # fmt: skip
-        out = engine.wait(engine.submit(req), timeout=120)
+        r = server.client.post("/adapters", json={"name": "smol", "src": str(tmp_path / "adapter")})
+        assert r.status_code == 200, r.text
+        out = server.invoke("smol", inputs=prompt, parameters={
+            "max_new_tokens": 6, "min_new_tokens": 6, "details": True}).json()  # fmt: skip
     finally:
-        engine.stop()
-    assert req.output_ids == expected.tolist(), out
+        stop_server(server)
+    assert out["token_ids"] == expected.tolist(), out

@@ -9,7 +9,6 @@ two cores; where they have not been trained yet (a fresh clone, CI), there is no
 from __future__ import annotations
 
 import json
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -35,33 +34,28 @@ def _trained(dep) -> list[str]:
 
 
 def test_the_tours_medical_and_pii_answers_keep_their_facts(tmp_path: Path) -> None:
-    from runtime.engine import Engine
-    from runtime.request import GenParams, GenRequest
-    from runtime.settings import Settings
+    from tests.runtime.conftest import start_server, stop_server
 
     dep = load_deployment("local")
     names = _trained(dep)
     if not names:
         pytest.skip("the local adapters are not trained here yet (make up trains them)")
-    engine = Engine(Settings(model_dir=ROOT / ".artifacts" / "base" / dep.base_key,
-                             work_dir=tmp_path / "work"))  # fmt: skip
-    engine.start()
+    server = start_server(ROOT / ".artifacts" / "base" / dep.base_key, tmp_path,
+                          OPTION_CPU_KVCACHE_GIB="1")  # fmt: skip
     try:
         for name in names:
-            with tarfile.open(ADAPTERS / f"{name}.tar.gz") as tar:
-                tar.extractall(tmp_path / name, filter="data")
-            engine.cache.register(engine.cache.validate(name, tmp_path / name), pin=False)
+            r = server.client.post("/adapters", json={"name": name,
+                                                      "src": str(ADAPTERS / f"{name}.tar.gz")})  # fmt: skip
+            assert r.status_code == 200, r.text
         for name in names:
             entry = dep.adapter(name).entry
             sample = datasets.load(entry.task, entry.dataset_seed).test[0]
-            record = engine.cache.get(name)
-            req = GenRequest(adapter=name, input_ids=engine.encode(sample.raw, None, record.prompt),
-                             params=GenParams(max_new_tokens=96))  # fmt: skip
-            out = engine.wait(engine.submit(req), timeout=600)["generated_text"]
+            r = server.invoke(name, inputs=sample.raw, parameters={"max_new_tokens": 96})
+            out = r.json()["generated_text"]
             if entry.task == "pii_redaction":
                 leaked, _ = pii_example(out, sample.label, json.loads(sample.note))
                 assert leaked == 0, f"{name} leaked personal data: {out!r}"
             else:
                 assert faithfulness(out, sample.facts) == 1.0, (name, sample.facts, out)
     finally:
-        engine.stop()
+        stop_server(server)
