@@ -34,10 +34,6 @@ from runtime.telemetry import Telemetry, gpu_memory, host_rss_bytes, host_total_
 
 log = logging.getLogger("runtime.engine")
 
-#: How often the registry asks vLLM which adapters it holds in host memory (``list_loras``),
-#: which is how loads and evictions vLLM makes on its own reach the live trace.
-TIER_POLL_S = 2.0
-
 
 def encode_chat(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
     """The chat template's token ids, where only the template places control tokens.
@@ -98,7 +94,7 @@ class Engine:
         self.registry = AdapterRegistry(max_loras=settings.max_loras)
         self._request_ids = itertools.count(1)
         self._admitted = 0
-        self._poller: asyncio.Task | None = None
+        self._refresh: asyncio.Task | None = None
         self.llm: Any = None
 
     # ------------------------------------------------------------------ start-up
@@ -164,12 +160,11 @@ class Engine:
         }
         self.cuda = cuda
         self.telemetry.event("base_load", **self.base_info)
-        self._poller = asyncio.create_task(self._poll_tiers())
         self.ready.set()
 
     async def stop(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
+        if self._refresh is not None:
+            self._refresh.cancel()
         if self.llm is not None:
             self.llm.shutdown()
 
@@ -225,6 +220,7 @@ class Engine:
         old = self.registry.swap_in(rec)
         self.registry.host_ids.add(rec.lora_id)
         await self._drain()
+        self._follow_tiers()  # loading it may have evicted another from the host tier
         self._gauges()
         return rec, old is not None
 
@@ -245,15 +241,21 @@ class Engine:
             self.registry.host_ids.discard(rec.lora_id)
             delete_owned(rec)
 
-    async def _poll_tiers(self) -> None:
-        """Follow vLLM's host tier: adapters it loaded for a request, and the ones it evicted
-        to make room, appear in the live trace as loads and evictions."""
-        while True:
-            await asyncio.sleep(TIER_POLL_S)
-            with contextlib.suppress(Exception):
-                await self.refresh_tiers()
+    def _follow_tiers(self) -> None:
+        """Ask vLLM, once the request that made it load an adapter is done, which adapters it
+        holds in host memory: its loads and the evictions they caused reach the live trace.
+        Only then, not on a timer: each call wakes vLLM's worker, which then busy-polls its
+        queue for a second (vLLM's ``SpinCondition``), and a 2 s poll kept half a core busy
+        on an idle server."""
+        if self._refresh is None or self._refresh.done():
+            self._refresh = asyncio.create_task(self._refresh_quietly())
+
+    async def _refresh_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.refresh_tiers()
 
     async def refresh_tiers(self) -> None:
+        """Compare vLLM's host tier (``list_loras``) with what the registry last saw."""
         now = set(await self.llm.list_loras())
         before = self.registry.host_ids
         self.registry.host_ids = now
@@ -328,6 +330,7 @@ class Engine:
             params = self.sampling_params(req)
             lora = None
             rec = req.record
+            hit = True
             if rec is not None:
                 lora = LoRARequest(rec.lora_name, rec.lora_id, rec.src)
                 hit = rec.lora_id in self.registry.host_ids
@@ -346,6 +349,8 @@ class Engine:
                 raise
             finally:
                 await stream.aclose()
+                if not hit:  # vLLM loaded it from disk, and may have evicted another
+                    self._follow_tiers()
         finally:
             await self.release(req)
 
