@@ -88,12 +88,12 @@ def main(argv: list[str] | None = None) -> int:
 
         def native(text: str) -> str:
             r = http.post(f"/v1/adapters/{ADAPTER}/generate",
-                          json={"inputs": text, "parameters": {"max_new_tokens": 256}})  # fmt: skip
+                          json={"inputs": text, "parameters": {"max_new_tokens": 128}})  # fmt: skip
             r.raise_for_status()
             return r.json()["output"]
 
         def chat(text: str) -> str:
-            out = client.chat.completions.create(model=ADAPTER, max_tokens=256, temperature=0,
+            out = client.chat.completions.create(model=ADAPTER, max_tokens=128, temperature=0,
                                                  messages=[{"role": "user", "content": text}])  # fmt: skip
             return out.choices[0].message.content or ""
 
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     text = (f"{HEADING}\n\nCommand: `.venv/bin/python benchmarks/structured.py` "
             f"({time.strftime('%Y-%m-%d')}, {cores()} cores; local platform on SmolLM2-135M-"
             f"Instruct with the catalog's sales-json adapter, requests naming no schema, so the "
-            f"catalog's `sales-record` applies; greedy, at most 256 new tokens; the run took "
+            f"catalog's `sales-record` applies; greedy, at most 128 new tokens (the local router's cap); the run took "
             f"{time.perf_counter() - t0:.0f} s including start-up"
             + (" and training" if "training" in started.stdout else "") + "). Goal: every "
             "answer schema-valid: " + ("met." if not failures else "FAILED.") + "\n\n" + table

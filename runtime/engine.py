@@ -19,6 +19,7 @@ import itertools
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -91,10 +92,15 @@ class Engine:
         self.telemetry = telemetry or Telemetry()
         self.ready = asyncio.Event()
         self.load_error: str | None = None
-        self.registry = AdapterRegistry(max_loras=settings.max_loras)
+        self.registry = AdapterRegistry(max_cpu_loras=settings.max_cpu_loras)
         self._request_ids = itertools.count(1)
         self._admitted = 0
         self._refresh: asyncio.Task | None = None
+        #: transformers sets ``encode_special_tokens`` on the shared Rust tokenizer at every
+        #: call, so two threads tokenizing at once could encode one user's text with another's
+        #: setting: control tokens typed by a user would become real ones.
+        self._tokenizing = threading.Lock()
+        self._cleanups: set[asyncio.Task] = set()
         self.llm: Any = None
 
     # ------------------------------------------------------------------ start-up
@@ -190,9 +196,15 @@ class Engine:
     async def register(
         self, loaded: LoadedAdapter, *, pin: bool, owned_dir: Path | None
     ) -> tuple[AdapterRecord, bool]:
-        """Load a checked adapter into vLLM's host tier (and pin it to a device slot when
-        asked), then swap it in under its name. The old version serves until this returns,
-        and leaves vLLM once its last request ends. A failure changes nothing."""
+        """Load a checked adapter into vLLM's host tier, then swap it in under its name. The
+        old version serves until this returns, and leaves vLLM once its last request ends. A
+        failure changes nothing.
+
+        A pin keeps the adapter in vLLM's host tier (loaded again at once when vLLM evicts it),
+        not in a device slot: vLLM's ``pin_lora`` also pins a device slot, which its scheduler
+        does not know about, so a batch of ``max_loras`` other adapters then evicts one of its
+        own adapters mid-step and the engine dies (``LRUCacheLoRAModelManager.activate_adapter``
+        with the batch's slot map), a crash any caller could trigger."""
         from vllm.lora.request import LoRARequest
 
         self.registry.check_pin(loaded.name, pin)
@@ -203,8 +215,6 @@ class Engine:
         try:
             if not await self.llm.add_lora(lora):
                 raise EngineError(424, "vLLM did not load the adapter")
-            if pin and not await self.llm.pin_lora(rec.lora_id):
-                raise EngineError(424, "vLLM could not pin the adapter to a device slot")
         except EngineError:
             await self._forget(rec)
             raise
@@ -214,12 +224,11 @@ class Engine:
         ms = (time.perf_counter() - t0) * 1000
         rec.last_load_ms["disk"] = round(ms, 3)
         self.telemetry.load_latency.labels("disk").observe(ms / 1000)
-        self.telemetry.event("adapter_load", adapter=rec.name, source="disk",
-                             target="device" if pin else "host", latency_ms=round(ms, 2),
-                             lora_id=rec.lora_id)  # fmt: skip
+        self.telemetry.event("adapter_load", adapter=rec.name, source="disk", target="host",
+                             latency_ms=round(ms, 2), lora_id=rec.lora_id)  # fmt: skip
         old = self.registry.swap_in(rec)
         self.registry.host_ids.add(rec.lora_id)
-        await self._drain()
+        self._cleanup()
         self._follow_tiers()  # loading it may have evicted another from the host tier
         self._gauges()
         return rec, old is not None
@@ -227,7 +236,7 @@ class Engine:
     async def unregister(self, name: str) -> None:
         self.registry.remove(name)
         self.telemetry.event("adapter_unregister", adapter=name)
-        await self._drain()
+        self._cleanup()
         self._gauges()
 
     async def _forget(self, rec: AdapterRecord) -> None:
@@ -235,11 +244,23 @@ class Engine:
             await self.llm.remove_lora(rec.lora_id)
 
     async def _drain(self) -> None:
-        """Remove replaced and unregistered adapters no request uses any more."""
+        """Remove replaced and unregistered adapters no request uses any more. Their
+        directories go only once vLLM has let go of them: vLLM would reload from there."""
         for rec in self.registry.drained():
-            await self._forget(rec)
+            try:
+                await self.llm.remove_lora(rec.lora_id)
+            except Exception:
+                log.exception("vLLM did not remove adapter %s; its files stay", rec.lora_name)
+                continue
             self.registry.host_ids.discard(rec.lora_id)
-            delete_owned(rec)
+            await asyncio.to_thread(delete_owned, rec)
+
+    def _cleanup(self) -> None:
+        """Drain in a task of its own: a disconnect's cancellation, which reaches every await
+        of the request that ended, must not cut a removal half-way."""
+        task = asyncio.get_running_loop().create_task(self._drain())
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
 
     def _follow_tiers(self) -> None:
         """Ask vLLM, once the request that made it load an adapter is done, which adapters it
@@ -265,6 +286,13 @@ class Engine:
                 self.telemetry.cache_events.labels("eviction", "host").inc()
                 self.telemetry.event("adapter_evict", adapter=rec.name, source="host",
                                      target="disk", reason="max_cpu_loras")  # fmt: skip
+                if rec.pinned:  # a pin keeps it loaded: back into the host tier at once
+                    from vllm.lora.request import LoRARequest
+
+                    if await self.llm.add_lora(LoRARequest(rec.lora_name, rec.lora_id, rec.src)):
+                        now.add(lid)
+                        self.telemetry.event("adapter_load", adapter=rec.name, source="disk",
+                                             target="host", reason="pinned")  # fmt: skip
         for lid in sorted(now - before):
             if (rec := by_id.get(lid)) is not None:
                 self.telemetry.event("adapter_load", adapter=rec.name, source="disk",
@@ -287,9 +315,10 @@ class Engine:
         adapter's system instruction; otherwise ``inputs`` are tokenized as they are."""
         if messages is None and prompt is not None:
             messages = prompt.messages(inputs or "")
-        if messages is not None:
-            return encode_chat(self.tokenizer, with_system(messages, prompt))
-        return list(self.tokenizer(inputs or "", split_special_tokens=True)["input_ids"])
+        with self._tokenizing:
+            if messages is not None:
+                return encode_chat(self.tokenizer, with_system(messages, prompt))
+            return list(self.tokenizer(inputs or "", split_special_tokens=True)["input_ids"])
 
     def admit(self, req: GenRequest) -> None:
         """Bound the request and hold its adapter (raises EngineError with the status)."""
@@ -308,15 +337,21 @@ class Engine:
             except KeyError:
                 raise EngineError(404, f"adapter {req.adapter!r} is not registered") from None
         self._admitted += 1
+        req.admitted = True
         self.telemetry.queue_depth.set(self._admitted)
 
     async def release(self, req: GenRequest) -> None:
+        """Undo ``admit`` (once, whoever calls first: the generation's end, or the response
+        that never started streaming because its client was already gone)."""
+        if not req.admitted:
+            return
+        req.admitted = False
         self._admitted -= 1
         self.telemetry.queue_depth.set(self._admitted)
         if req.record is not None:
             self.registry.release(req.record)
             if req.record.removed:
-                await self._drain()
+                self._cleanup()
 
     async def generate(self, req: GenRequest) -> AsyncIterator[str]:
         """Run an admitted request: yields text as it is decoded, and fills ``req``'s result.
@@ -379,6 +414,10 @@ class Engine:
                 yield completion.text
             req.token_ids.extend(completion.token_ids)
             if out.finished:
+                if completion.finish_reason == "error":  # vLLM: a failure inside the step
+                    raise EngineError(500, "generation failed inside the engine")
+                if completion.finish_reason == "abort":  # vLLM dropped it (e.g. shutting down)
+                    raise EngineError(503, "the engine aborted the request; retry")
                 req.finish_reason = finish_reason(completion.finish_reason,
                                                   completion.stop_reason)  # fmt: skip
                 _stage_timings(req, out.metrics)
@@ -458,10 +497,13 @@ def _engine_failure(exc: Exception) -> EngineError:
     """A request vLLM refused (its own validation) is the caller's 400; anything else is a
     500 with the cause's first line (the full traceback is in vLLM's log)."""
     from vllm.exceptions import VLLMValidationError
+    from vllm.v1.engine.exceptions import EngineDeadError
 
-    if isinstance(exc, (VLLMValidationError, ValueError)):
-        return EngineError(400, f"request refused by the engine: {_first_line(exc)}")
-    cause = exc.__cause__ or exc
+    if isinstance(exc, EngineDeadError):
+        return EngineError(503, "the engine has stopped; this copy is being replaced")
+    cause = exc.__cause__ or exc  # vLLM wraps what its input processing raised
+    if isinstance(cause, (VLLMValidationError, ValueError)):
+        return EngineError(400, f"request refused by the engine: {_first_line(cause)}")
     return EngineError(500, f"generation failed: {type(cause).__name__}: {_first_line(cause)}")
 
 

@@ -6,10 +6,10 @@ checks it (``runtime.adapters``) and gives it to vLLM as a ``LoRARequest``. The 
 vLLM's:
 
 - **device**: the ``max_loras`` slots a batch's adapters occupy, preallocated at max rank.
-  vLLM fills them per step and does not report which adapters hold them, except that a pinned
-  adapter (``pin_lora``) keeps its slot;
+  vLLM fills them per step and does not report which adapters hold them, so no adapter is
+  reported in this tier;
 - **host**: vLLM's LRU cache of loaded adapters in host memory (``max_cpu_loras``), which
-  ``list_loras`` reports;
+  ``list_loras`` reports; a pinned adapter is loaded back into it when vLLM evicts it;
 - **disk**: registered and extracted, not loaded; vLLM loads it from ``src`` when a request
   needs it, evicting the least recently used host adapter.
 
@@ -86,8 +86,8 @@ class AdapterRecord:
 class AdapterRegistry:
     """Names to records, in-flight counts and retirement; vLLM calls are the engine's."""
 
-    def __init__(self, *, max_loras: int) -> None:
-        self.max_loras = max_loras
+    def __init__(self, *, max_cpu_loras: int) -> None:
+        self.max_cpu_loras = max_cpu_loras
         self.records: dict[str, AdapterRecord] = {}
         #: Replaced or unregistered records whose requests are still running.
         self.retiring: list[AdapterRecord] = []
@@ -97,17 +97,17 @@ class AdapterRegistry:
         self.lock = threading.RLock()
 
     def check_pin(self, name: str, pin: bool) -> None:
-        """At least one device slot stays unpinned, or every other adapter would wait for a
-        slot that never frees."""
+        """Pins keep adapters in vLLM's host tier; at least one of its ``max_cpu_loras``
+        places stays unpinned, so the others can still be loaded for their requests."""
         with self.lock:
             old = self.records.get(name)
             if not pin or (old is not None and old.pinned):
                 return
             pinned = sum(1 for r in self.records.values() if r.pinned)
-            if pinned + 1 > self.max_loras - 1:
+            if pinned + 1 > self.max_cpu_loras - 1:
                 raise CapacityError(
                     f"cannot pin {name!r}: {pinned} adapters already pinned, and of the "
-                    f"{self.max_loras} device slots (OPTION_MAX_LORAS) one stays unpinned"
+                    f"{self.max_cpu_loras} host places (OPTION_MAX_CPU_LORAS) one stays unpinned"
                 )
 
     def new_record(self, loaded: LoadedAdapter, *, pin: bool, owned_dir: Path | None,
@@ -176,8 +176,6 @@ class AdapterRegistry:
             return done
 
     def tier(self, rec: AdapterRecord) -> str:
-        if rec.pinned:
-            return "device"
         return "host" if rec.lora_id in self.host_ids else "disk"
 
     def list(self) -> list[dict[str, Any]]:

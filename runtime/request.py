@@ -64,6 +64,8 @@ class GenRequest:
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    #: Counted in the engine's admitted requests and its adapter's in-flight count.
+    admitted: bool = False
 
     def result(self) -> dict[str, Any]:
         return {

@@ -20,7 +20,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -73,7 +73,8 @@ class Parameters(BaseModel):
             raise ValueError(f"must be 0 (greedy) or at least {MIN_TEMPERATURE:g}")
         return v
 
-    stop: list[str] = Field(default_factory=list, max_length=16)
+    #: vLLM holds back the longest stop string's length of text while streaming.
+    stop: list[Annotated[str, Field(max_length=256)]] = Field(default_factory=list, max_length=16)
     seed: int | None = Field(default=None, ge=0, lt=2**63)
     do_sample: bool = False
     #: Constrain the output to this JSON Schema (vLLM's structured outputs); bounded in size.
@@ -130,6 +131,8 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
     async def invocations(request: Request) -> Response:
         if not engine.ready.is_set():
             return _error(503, "base model loading")
+        if not engine.alive:
+            return _error(503, "the engine has stopped; replace this copy")
         adapter = request.headers.get(ADAPTER_HEADER) or None
         raw = await _read_limited(request, s.max_body_bytes)
         if raw is None:
@@ -201,8 +204,8 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
             tel.requests.labels(label, str(exc.status)).inc()
             return _error(exc.status, exc.message)
         if body.stream:
-            return StreamingResponse(
-                _stream(engine, req, label), media_type="application/jsonlines"
+            return _Generation(
+                _stream(engine, req, label), engine, req, media_type="application/jsonlines"
             )
         # A client that goes away cancels the generation, which aborts it in vLLM.
         task = asyncio.create_task(_collect(engine, req))
@@ -247,6 +250,12 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
                 400,
                 f"adapter name {req.name[:80]!r} must be 1 to 63 letters, digits and inner "
                 "hyphens (SageMaker's inference-component name rule)",
+            )
+        if _inside(Path(req.src), s.work_dir):
+            return _error(
+                400,
+                "src must not be inside the server's work directory (where it extracts "
+                "archives it owns and deletes)",
             )
         async with _registering(req.name):
             try:
@@ -294,10 +303,12 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
 
     @app.delete("/adapters/{name}")
     async def unregister(name: str) -> Response:
-        try:
-            await engine.unregister(name)
-        except KeyError:
-            return _error(404, ResponseMessage.ADAPTER_NOT_FOUND.format(alias=name))
+        # Behind the name's registration: a DELETE during an update removes the new version.
+        async with _registering(name):
+            try:
+                await engine.unregister(name)
+            except KeyError:
+                return _error(404, ResponseMessage.ADAPTER_NOT_FOUND.format(alias=name))
         return JSONResponse({"message": ResponseMessage.ADAPTER_UNREGISTERED.format(alias=name)})
 
     @app.get("/adapters")
@@ -386,6 +397,29 @@ def _load(engine: Engine, name: str, src: str):
             shutil.rmtree(dest.parent, ignore_errors=True)
             raise
     return engine.check(name, path)
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(directory.resolve())
+    except (OSError, ValueError):
+        return False
+
+
+class _Generation(StreamingResponse):
+    """A streamed generation that releases its admission even when its body never starts
+    (Starlette cancels the response at once for a client already gone, and the generator's
+    own ``finally`` then never runs)."""
+
+    def __init__(self, content: Any, engine: Engine, req: GenRequest, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._engine, self._req = engine, req
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._engine.release(self._req)
 
 
 _REGISTERING: dict[str, asyncio.Lock] = {}

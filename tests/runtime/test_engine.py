@@ -97,7 +97,7 @@ class _SlowStream:
 
 def test_the_deadline_aborts_the_request_with_504(tiny_base) -> None:
     engine = Engine(Settings(model_dir=tiny_base, request_timeout_s=0.3))
-    engine.registry = AdapterRegistry(max_loras=2)
+    engine.registry = AdapterRegistry(max_cpu_loras=2)
     stream = _SlowStream()
     engine.llm = SimpleNamespace(generate=lambda *a, **k: stream)
     req = GenRequest(adapter=None, input_ids=[1, 2], params=GenParams(max_new_tokens=4))

@@ -301,6 +301,17 @@ def test_adapter_names_follow_sagemakers_component_name_rule(server, adapters, n
     assert all(a["name"] != name for a in server.client.get("/adapters").json()["adapters"])
 
 
+def test_a_src_inside_the_work_dir_is_refused(server, adapters) -> None:
+    """The server deletes what it extracted there: registering from it would let a refused or
+    replaced registration delete a live adapter's files."""
+    work = server.log.parent / "work"
+    work.mkdir(exist_ok=True)
+    inside = work / "copy"
+    shutil.copytree(adapters["attn-r4"], inside, dirs_exist_ok=True)
+    r = server.client.post("/adapters", json={"name": "inside", "src": str(inside)})
+    assert r.status_code == 400 and "work directory" in r.json()["error"], r.text
+
+
 def test_a_dotdot_name_with_an_archive_never_writes_outside_the_work_dir(
     server, adapters, tmp_path
 ) -> None:

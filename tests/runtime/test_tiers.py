@@ -1,6 +1,6 @@
-"""Tiers as vLLM keeps them: pins hold a device slot and never take the last one, the host tier
-is bounded by OPTION_MAX_CPU_LORAS, and a new version replaces the old one without touching
-requests already running on it."""
+"""Tiers as vLLM keeps them: a pin keeps its adapter in the host tier and never takes its last
+place, the host tier is bounded by OPTION_MAX_CPU_LORAS, and a new version replaces the old one
+without touching requests already running on it."""
 
 from __future__ import annotations
 
@@ -22,22 +22,25 @@ def _listing(server) -> dict[str, dict]:
     return {a["name"]: a for a in server.client.get("/adapters").json()["adapters"]}
 
 
-def test_a_pin_holds_a_device_slot_and_never_takes_the_last(server, adapters) -> None:
+def test_a_pin_stays_in_the_host_tier_and_never_takes_its_last_place(server, adapters) -> None:
     pinned = _register(server, "pin-a", adapters["attn-r4"], pin=True)
-    assert pinned["pinned"] and pinned["tier"] == "device"
+    assert pinned["pinned"] and pinned["tier"] == "host"
     before = _listing(server)
-    # Two device slots (OPTION_MAX_LORAS=2): a second pin would leave none for the rest.
+    # Two host places (OPTION_MAX_CPU_LORAS=2): a second pin would leave none for the rest.
     r = server.client.post("/adapters", json={"name": "pin-b", "src": str(adapters["mlp-r8"]),
                                               "pin": True})  # fmt: skip
     assert r.status_code == 409 and "one stays unpinned" in r.json()["error"], r.text
     assert _listing(server) == before
-    # ... so unpinned adapters still answer, and the pinned one stays on the device.
+    # ... so unpinned adapters still answer (vLLM evicts the pinned one to load them), and the
+    # pinned one is loaded back at once.
     _register(server, "unpinned-1", adapters["mlp-r8"])
     _register(server, "unpinned-2", adapters["all-r16"])
     for name in ("unpinned-1", "unpinned-2", "pin-a"):
         r = server.invoke(name, inputs="hello", parameters=SERVED)
         assert r.status_code == 200 and r.json()["adapter"] == name, r.text
-    assert _listing(server)["pin-a"]["tier"] == "device"
+    assert _listing(server)["pin-a"]["tier"] == "host"
+    events = server.client.get("/trace", params={"limit": 1000}).json()["events"]
+    assert any(e["event"] == "adapter_load" and e.get("reason") == "pinned" for e in events)
     for name in ("pin-a", "unpinned-1", "unpinned-2"):
         assert server.client.delete(f"/adapters/{name}").status_code == 200
 
