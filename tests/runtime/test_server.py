@@ -463,18 +463,22 @@ def test_a_huge_prompt_is_refused_before_tokenizing_and_ping_stays_fast(server) 
     assert max(slow) < 2.0
 
 
-def test_plain_inputs_get_the_chat_shape_the_adapter_was_trained_on(
-    server, adapters, tmp_path
-) -> None:
-    d = tmp_path / "chat-trained"
+def _register_chat_trained(server, adapters, tmp_path: Path, name: str) -> str:
+    """An adapter whose manifest records the chat shape it was trained on; its instruction."""
+    d = tmp_path / name
     shutil.copytree(adapters["all-r16"], d)
     system = "Expand the clinical shorthand into full medical terminology."
     (d / "manifest.json").write_text(json.dumps({
         "name": "chat-trained", "version": "1", "base": _served_base(d),
         "prompt": {"format": "chat", "system": system, "input_role": "user"}}))  # fmt: skip
-    assert (
-        server.client.post("/adapters", json={"name": "chatty", "src": str(d)}).status_code == 200
-    )
+    assert server.client.post("/adapters", json={"name": name, "src": str(d)}).status_code == 200
+    return system
+
+
+def test_plain_inputs_get_the_chat_shape_the_adapter_was_trained_on(
+    server, adapters, tmp_path
+) -> None:
+    system = _register_chat_trained(server, adapters, tmp_path, "chatty")
     note = "pt 81yo f c/o pnd x4d"
     params = {"max_new_tokens": 8, "min_new_tokens": 8}
     as_inputs = server.invoke("chatty", inputs=note, parameters=params).json()
@@ -552,15 +556,7 @@ def test_a_chat_with_only_a_user_turn_gets_the_adapters_instruction(
     """What an OpenAI client sends: a user turn alone. The adapter's recorded instruction takes
     the system turn's place (not the chat template's default prompt), so the answer equals the
     ``inputs`` request's."""
-    d = tmp_path / "chat-only-user"
-    shutil.copytree(adapters["all-r16"], d)
-    system = "Expand the clinical shorthand into full medical terminology."
-    (d / "manifest.json").write_text(json.dumps({
-        "name": "chat-trained", "version": "1", "base": _served_base(d),
-        "prompt": {"format": "chat", "system": system, "input_role": "user"}}))  # fmt: skip
-    assert (
-        server.client.post("/adapters", json={"name": "userturn", "src": str(d)}).status_code == 200
-    )
+    _register_chat_trained(server, adapters, tmp_path, "userturn")
     note = "pt 72yo f c/o brbpr and ha x3d."
     params = {"max_new_tokens": 8, "min_new_tokens": 8, "details": True}
     as_inputs = server.invoke("userturn", inputs=note, parameters=params).json()
