@@ -228,7 +228,7 @@ class Engine:
                              latency_ms=round(ms, 2), lora_id=rec.lora_id)  # fmt: skip
         old = self.registry.swap_in(rec)
         self.registry.host_ids.add(rec.lora_id)
-        self._cleanup()
+        await asyncio.shield(self._cleanup())
         self._follow_tiers()  # loading it may have evicted another from the host tier
         self._gauges()
         return rec, old is not None
@@ -236,7 +236,7 @@ class Engine:
     async def unregister(self, name: str) -> None:
         self.registry.remove(name)
         self.telemetry.event("adapter_unregister", adapter=name)
-        self._cleanup()
+        await asyncio.shield(self._cleanup())
         self._gauges()
 
     async def _forget(self, rec: AdapterRecord) -> None:
@@ -255,12 +255,14 @@ class Engine:
             self.registry.host_ids.discard(rec.lora_id)
             await asyncio.to_thread(delete_owned, rec)
 
-    def _cleanup(self) -> None:
+    def _cleanup(self) -> asyncio.Task:
         """Drain in a task of its own: a disconnect's cancellation, which reaches every await
-        of the request that ended, must not cut a removal half-way."""
+        of the request that ended, must not cut a removal half-way. Registration and DELETE
+        wait for it (shielded), so their answer comes once the old files are gone."""
         task = asyncio.get_running_loop().create_task(self._drain())
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
+        return task
 
     def _follow_tiers(self) -> None:
         """Ask vLLM, once the request that made it load an adapter is done, which adapters it
