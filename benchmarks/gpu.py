@@ -151,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     if device == "cuda":
         torch.cuda.empty_cache()
 
+    if device == "cpu":  # vLLM's CPU build would size its KV cache at most of the machine
+        import os
+
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.lora.request import LoRARequest
