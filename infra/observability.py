@@ -57,7 +57,7 @@ class Observability(Construct):
             self, "Alarms", display_name=f"{prefix} alarms", master_key=self.key, enforce_ssl=True
         )
 
-        # The runtime's trace lines (one JSON line per promotion and eviction) as metrics, from
+        # The runtime's trace lines (one JSON line per adapter load and eviction) as metrics, from
         # the base component's container (adapter components run inside it); infra/serving.py
         # says why there are two groups.
         groups = [
@@ -66,7 +66,7 @@ class Observability(Construct):
         ]
         for (metric, event, value, unit), (i, group) in itertools.product(
             (
-                ("AdapterLoadLatency", "adapter_promote", "$.latency_ms", cw.Unit.MILLISECONDS),
+                ("AdapterLoadLatency", "adapter_load", "$.latency_ms", cw.Unit.MILLISECONDS),
                 ("AdapterEvictions", "adapter_evict", "1", None),
             ),
             enumerate(groups),

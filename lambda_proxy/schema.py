@@ -14,7 +14,7 @@ class Message(BaseModel):
     content: str = Field(min_length=1)
 
 
-#: The runtime's sampling bounds (runtime/sampler.py; the router ships alone, so they are
+#: The runtime's sampling bounds (runtime/request.py; the router ships alone, so they are
 #: repeated here): temperature 0 or at least MIN_TEMPERATURE, a penalty within the range.
 MIN_TEMPERATURE = 1e-2
 REPETITION_PENALTY = (0.1, 10.0)

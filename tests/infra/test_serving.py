@@ -196,3 +196,22 @@ def test_the_image_runs_the_cpu_builds_vllm_on_a_driver_that_runs_its_cuda(dev_t
     (variant,) = config["Properties"]["ProductionVariants"]
     assert variant["InferenceAmiVersion"] == INFERENCE_AMI_VERSION
     assert INFERENCE_AMI_VERSION == "al2023-ami-sagemaker-inference-gpu-4-1"
+
+
+def test_the_dashboards_log_metrics_read_events_the_runtime_writes(dev_templates) -> None:
+    """The metric filters match trace events by name: each name must be one the runtime emits
+    with the field the filter reads (the load-latency filter read ``adapter_promote``, an event
+    the vLLM-backed runtime no longer writes)."""
+    engine = (Path(__file__).resolve().parents[2] / "runtime" / "engine.py").read_text()
+    filters = resources(dev_templates["lora-dev-observability"], "AWS::Logs::MetricFilter")
+    events = set()
+    for f in filters.values():
+        m = re.search(r'\$\.event\s*=\s*"?([a-z_]+)', f["Properties"]["FilterPattern"])
+        assert m, f["Properties"]["FilterPattern"]
+        events.add(m[1])
+        value = f["Properties"]["MetricTransformations"][0]["MetricValue"]
+        if value.startswith("$."):
+            assert f"{value[2:]}=" in engine, value
+    assert events == {"adapter_load", "adapter_evict"}
+    for event in events:
+        assert f'"{event}"' in engine, event
