@@ -285,6 +285,12 @@ class Deployment:
                     "tenants": list(a.entry.allow.tenants),
                     "principals": list(a.entry.allow.principals),
                     "cache": a.entry.cache,
+                    # The pinned digests: part of the router's cache key, and the weights' one
+                    # is compared with the artifact each answer reports.
+                    **({"sha256": a.entry.sha256} if a.entry.sha256 else {}),
+                    **(
+                        {"weights_sha256": a.entry.weights_sha256} if a.entry.weights_sha256 else {}
+                    ),
                     **_quota(a.entry),
                     **_schema(a.entry),
                 }

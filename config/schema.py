@@ -163,7 +163,9 @@ class BaseModelEntry(_Strict):
 
 #: A tenant in the catalog: ``NAME`` (a role or user name in the environment's own account),
 #: ``ACCOUNT:NAME`` (another account's), ``ACCOUNT:*`` (every caller of that account) or ``*``.
-TENANT_RE = re.compile(r"^(\*|(\d{12}:)?[\w+=,.@-]{1,64}|\d{12}:\*)$")
+#: ``NAME`` (a role), ``user/NAME`` (an IAM user), either as ``ACCOUNT:...``, ``ACCOUNT:*`` or ``*``
+#: (lambda_proxy/auth.py says why users are a kind of their own).
+TENANT_RE = re.compile(r"^(\*|(\d{12}:)?(user/)?[\w+=,.@-]{1,64}|\d{12}:\*)$")
 
 
 class AccessPolicy(_Strict):
@@ -184,7 +186,8 @@ class AccessPolicy(_Strict):
         for t in v:
             if not TENANT_RE.match(t):
                 raise ValueError(
-                    f"{t!r} is not a tenant: NAME (this account), ACCOUNT:NAME, ACCOUNT:* or *"
+                    f"{t!r} is not a tenant: NAME or user/NAME (this account), ACCOUNT:NAME, "
+                    "ACCOUNT:user/NAME, ACCOUNT:* or *"
                 )
         return v
 
@@ -254,6 +257,9 @@ class AdapterEntry(_Strict):
     dataset_seed: int = 0
     artifact: str | None = None
     sha256: str | None = None
+    #: The sha256 of the archive's weights file, which the runtime reports in every answer; the
+    #: router caches an answer only when it matches (written by ``training.publish``).
+    weights_sha256: str | None = None
     allow: AccessPolicy = Field(default_factory=AccessPolicy)
     pin: bool = False
     quota: QuotaConfig | None = Field(
@@ -315,7 +321,7 @@ class AdapterEntry(_Strict):
             raise ValueError(f"{v!r} is not an S3 URI of a .tar.gz (s3://bucket/key.tar.gz)")
         return v
 
-    @field_validator("sha256")
+    @field_validator("sha256", "weights_sha256")
     @classmethod
     def _sha(cls, v: str | None) -> str | None:
         if v is not None and not SHA256_RE.match(v):

@@ -2,14 +2,21 @@
 
 API Gateway's AWS_IAM authorization has already verified the SigV4 signature; the request
 context carries the caller's ARN. A tenant is always account-qualified, ``ACCOUNT:NAME``: the
-role name of an assumed role (``arn:aws:sts::ACCOUNT:assumed-role/ROLE/SESSION``) or the user
-name, with the account it belongs to, so ``clinic-north`` in another account is someone else. In
-the catalog a bare tenant name means that name in this environment's own account (the API
-owner's, ``requestContext.accountId``); another account's tenant is written ``ACCOUNT:NAME`` and
-``ACCOUNT:*`` admits every caller of that account, ``*`` every caller of this one. Principal
-ARNs match exactly. An authorizer claim ``tenant`` replaces the IAM-derived tenant only where the
-environment configures such an authorizer (``trust_tenant_claim``); otherwise it is ignored.
-Access is never implicit.
+role name of an assumed role (``arn:aws:sts::ACCOUNT:assumed-role/ROLE/SESSION``) or of a role,
+with the account it belongs to, so ``clinic-north`` in another account is someone else. An IAM
+user is a tenant of its own kind, ``ACCOUNT:user/NAME``: IAM lets a user and a role share a
+name, and they must not share answers or a quota. In the catalog a bare tenant name means that
+role name in this environment's own account (the API owner's, ``requestContext.accountId``),
+``user/NAME`` that user; another account's tenant is written ``ACCOUNT:NAME`` (or
+``ACCOUNT:user/NAME``) and ``ACCOUNT:*`` admits every caller of that account, ``*`` every caller
+of this one. Principal ARNs match exactly.
+
+An authorizer claim ``tenant`` replaces the IAM-derived tenant only where the environment
+configures such an authorizer (``trust_tenant_claim``); otherwise it is ignored. A claim must
+be an IAM name (letters, digits and ``+=,.@_-``, 1 to 64 characters) and is qualified with the
+caller's own account, never the API owner's: another account's caller claiming
+``clinic-north`` is that account's ``clinic-north``. A claim that is not a name refuses the
+caller. Access is never implicit.
 """
 
 from __future__ import annotations
@@ -21,8 +28,12 @@ from typing import Any
 _ASSUMED = re.compile(
     r"^arn:(?P<p>aws[a-z-]*):sts::(?P<acct>\d{12}):assumed-role/(?P<role>[^/]+)/.+$"
 )
-_IAM = re.compile(r"^arn:aws[a-z-]*:iam::(?P<acct>\d{12}):(role|user)/(?:.*/)?(?P<name>[^/]+)$")
+_IAM = re.compile(
+    r"^arn:aws[a-z-]*:iam::(?P<acct>\d{12}):(?P<kind>role|user)/(?:.*/)?(?P<name>[^/]+)$"
+)
 _ACCOUNT = re.compile(r"^\d{12}$")
+#: IAM's name characters (the ``RoleName`` and ``UserName`` patterns in botocore's IAM model).
+_CLAIM = re.compile(r"^[\w+=,.@-]{1,64}$", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -52,13 +63,16 @@ def caller_from_event(
         principals.add(f"arn:{m['p']}:iam::{m['acct']}:role/{m['role']}")
         account, tenant = m["acct"], f"{m['acct']}:{m['role']}"
     elif (n := _IAM.match(arn)) is not None:
-        account, tenant = n["acct"], f"{n['acct']}:{n['name']}"
+        name = n["name"] if n["kind"] == "role" else f"user/{n['name']}"
+        account, tenant = n["acct"], f"{n['acct']}:{name}"
     if trust_tenant_claim:
         authorizer = ctx.get("authorizer") or {}
         claims = authorizer.get("claims") if isinstance(authorizer, dict) else None
-        if isinstance(claims, dict) and isinstance(claims.get("tenant"), str) and own:
-            claim = claims["tenant"]
-            tenant = claim if ":" in claim else f"{own}:{claim}"
+        claim = claims.get("tenant") if isinstance(claims, dict) else None
+        if claim is not None:
+            if not isinstance(claim, str) or not _CLAIM.match(claim) or account is None:
+                return None  # not a name, or no account of the caller's own to qualify it with
+            tenant = f"{account}:{claim}"
     return Caller(arn=arn, principals=frozenset(principals), account=account, tenant=tenant,
                   own_account=own)  # fmt: skip
 

@@ -21,8 +21,8 @@ from pydantic import ValidationError
 from lambda_proxy.auth import Caller, allowed, caller_from_event
 from lambda_proxy.cache import CacheUnavailableError, ResponseCache, cache_key
 from lambda_proxy.openai_api import router as openai_router
-from lambda_proxy.quota import Limits, Quotas
-from lambda_proxy.sagemaker import InvokeError, invoke, make_client
+from lambda_proxy.quota import Limits, Quotas, prompt_tokens_estimate
+from lambda_proxy.sagemaker import InvokeError, container_error, invoke, make_client
 from lambda_proxy.schema import GenerateRequest
 from lambda_proxy.settings import RouterSettings, settings
 
@@ -99,13 +99,24 @@ def _request_id() -> str | None:
 
 
 @app.get("/health")
-def health() -> dict[str, Any]:
+def health() -> Response | dict[str, Any]:
+    """Liveness for any authenticated caller; the endpoint and the adapter count only for the
+    environment's operators (a tenant has no business knowing either)."""
+    caller = _caller()
+    if caller is None:
+        return _error(403, "no authenticated caller in the request context")
+    if not is_operator(caller):
+        return {"status": "ok"}
     table = deps().settings.routing_table
     return {
         "status": "ok",
         "adapters": len(table.get("adapters", {})),
         "endpoint": table.get("endpoint"),
     }
+
+
+def is_operator(caller: Caller) -> bool:
+    return bool(caller.principals & set(deps().settings.routing_table.get("operators") or ()))
 
 
 def _caller() -> Caller | None:
@@ -128,9 +139,8 @@ def list_adapters() -> Response | dict[str, Any]:
 
 def visible_adapters(caller: Caller) -> list[dict[str, Any]]:
     """The adapters this caller may use (operators: every adapter)."""
-    table = deps().settings.routing_table
-    routes = table.get("adapters", {})
-    operator = bool(caller.principals & set(table.get("operators") or ()))
+    routes = deps().settings.routing_table.get("adapters", {})
+    operator = is_operator(caller)
     return [
         {"name": name, "version": r.get("version"), "task": r.get("task"),
          "description": r.get("description", "")}
@@ -169,8 +179,7 @@ def _authorize(adapter: str) -> tuple[Caller, dict[str, Any]] | Failure:
         metrics.add_metric(name="Forbidden", unit=MetricUnit.Count, value=1)
         return Failure(403, "no authenticated caller in the request context")
     route = table.get("adapters", {}).get(adapter)
-    operators = set(table.get("operators") or ())
-    if route is None or not (allowed(caller, route) or caller.principals & operators):
+    if route is None or not (allowed(caller, route) or is_operator(caller)):
         name = "UnknownAdapter" if route is None else "Forbidden"
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
         return Failure(404, f"unknown adapter {adapter[:64]!r}", code="UnknownAdapter")
@@ -259,6 +268,46 @@ class Prepared:
     payload: dict[str, Any]
     key: str
     cacheable: bool
+    #: The weights' sha256 the catalog pins (None before the adapter is published).
+    weights_sha256: str | None = None
+
+
+def _charge(
+    who: str, adapter: str, req: GenerateRequest, per_adapter: Limits | None
+) -> Failure | None:
+    """The quota check: None when admitted, else why not. The token cost is what the request
+    may generate plus an estimate of its prompt's tokens."""
+    estimate = prompt_tokens_estimate(
+        req.inputs if req.inputs is not None else "".join(m.content for m in req.messages or [])
+    )
+    cost = req.parameters.max_new_tokens + estimate
+    quota = deps().quotas.check(who, adapter, cost, per_adapter)  # type: ignore[union-attr]
+    if not quota.enforced:
+        # Redis is away: the in-process fallback bucket decided instead.
+        metrics.add_metric(name="QuotaUnavailable", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name="QuotaFallback", unit=MetricUnit.Count, value=1)
+    if quota.never:
+        metrics.add_metric(name="QuotaCostOverLimit", unit=MetricUnit.Count, value=1)
+        return Failure(400, f"this request may use {cost} tokens (max_new_tokens "
+                            f"{req.parameters.max_new_tokens} plus about {estimate} prompt "
+                            f"tokens, an estimate), more than the limit of {quota.limit} allows; "
+                            "ask for fewer new tokens or send a shorter prompt",
+                       code="CostOverLimit")  # fmt: skip
+    if not quota.allowed:
+        metrics.add_metric(name="QuotaExceeded", unit=MetricUnit.Count, value=1)
+        return Failure(429, f"quota exceeded ({quota.limit}); retry in {quota.retry_after_s} s",
+                       code="QuotaExceeded",
+                       headers={"Retry-After": str(quota.retry_after_s)})  # fmt: skip
+    return None
+
+
+def _payload(req: GenerateRequest) -> dict[str, Any]:
+    payload: dict[str, Any] = {"parameters": req.parameters.model_dump(exclude_none=True)}
+    if req.inputs is not None:
+        payload["inputs"] = req.inputs
+    else:
+        payload["messages"] = [m.model_dump() for m in req.messages or []]
+    return payload
 
 
 def prepare(
@@ -266,36 +315,41 @@ def prepare(
 ) -> Prepared | Failure:
     """The quota check, the SageMaker payload and the cache key: the part of serving that the
     buffered and the streamed answers share."""
-    d = deps()
-    table = d.settings.routing_table
+    table = deps().settings.routing_table
     who = caller.tenant or caller.arn
-    quota = d.quotas.check(who, adapter, req.parameters.max_new_tokens,  # type: ignore[union-attr]
-                           Limits.of(route.get("quota")))  # fmt: skip
-    if not quota.enforced:
-        metrics.add_metric(name="QuotaUnavailable", unit=MetricUnit.Count, value=1)
-    if not quota.allowed:
-        metrics.add_metric(name="QuotaExceeded", unit=MetricUnit.Count, value=1)
-        return Failure(429, f"quota exceeded ({quota.limit}); retry in {quota.retry_after_s} s",
-                       code="QuotaExceeded",
-                       headers={"Retry-After": str(quota.retry_after_s)})  # fmt: skip
-    payload: dict[str, Any] = {"parameters": req.parameters.model_dump(exclude_none=True)}
+    refused = _charge(who, adapter, req, Limits.of(route.get("quota")))
+    if refused is not None:
+        return refused
+    payload = _payload(req)
     # The catalog's default schema for this adapter (sales-json's record), unless the request
     # names its own; before the cache key, so the key holds the schema that was decoded to.
     if req.parameters.json_schema is None and isinstance(route.get("json_schema"), dict):
         payload["parameters"]["json_schema"] = route["json_schema"]
-    if req.inputs is not None:
-        payload["inputs"] = req.inputs
-    else:
-        payload["messages"] = [m.model_dump() for m in req.messages or []]
     version = str(route.get("version", ""))
     # Whose answers a cached answer may be shown to: the caller's tenant alone (the default: an
     # identical prompt from another tenant must not reveal what this one asked), everyone
     # (``shared``), or nobody (``off``).
     mode = route.get("cache", "tenant")
     scope = "*" if mode == "shared" else who
-    key = cache_key(adapter, version, str(table.get("base_revision", "")), payload, scope)
+    weights = route.get("weights_sha256")
+    pins = f"{route.get('sha256') or ''}/{weights or ''}"
+    key = cache_key(adapter, version, str(table.get("base_revision", "")), payload, scope, pins)
     return Prepared(adapter, version, route["component"], payload, key,
-                    cacheable=req.parameters.deterministic and mode != "off")  # fmt: skip
+                    cacheable=req.parameters.deterministic and mode != "off",
+                    weights_sha256=weights if isinstance(weights, str) else None)  # fmt: skip
+
+
+def prepare_base(caller: Caller, data: Any) -> dict[str, Any] | Failure:
+    """A request for the base model itself, which no deployed route reaches: the local
+    playground's side-by-side answer. It passes the adapter routes' checks (the request schema
+    with the environment's caps, and the caller's tenant-wide quota) and becomes the payload."""
+    req = _validate(data)
+    if isinstance(req, Failure):
+        return req
+    if req.stream:
+        return Failure(400, "the base model's answer is not streamed")
+    refused = _charge(caller.tenant or caller.arn, "base", req, None)
+    return refused if refused is not None else _payload(req)
 
 
 def lookup(prep: Prepared) -> tuple[dict[str, Any] | None, str]:
@@ -316,7 +370,7 @@ def lookup(prep: Prepared) -> tuple[dict[str, Any] | None, str]:
 
 def remember(prep: Prepared, status: str, result: dict[str, Any]) -> None:
     """Cache a fresh answer when it is what the route names (see ``_served_as_routed``)."""
-    if status == "miss" and _served_as_routed(prep.adapter, prep.version, result):
+    if status == "miss" and _served_as_routed(prep, result):
         deps().cache.put(prep.key, result)
 
 
@@ -336,30 +390,79 @@ def serve(
     try:
         with tracer.provider.in_subsegment("invoke_endpoint") as sub:
             sub.put_annotation(key="adapter", value=adapter)
-            result = invoke(d.client, s.routing_table["endpoint"], prep.component, prep.payload,
-                            deadline_s=s.invoke_deadline_s)  # fmt: skip
+            result = complete_answer(
+                invoke(d.client, s.routing_table["endpoint"], prep.component, prep.payload,
+                       deadline_s=s.invoke_deadline_s)
+            )  # fmt: skip
     except InvokeError as exc:
-        metrics.add_metric(name=f"Error{exc.status}", unit=MetricUnit.Count, value=1)
-        logger.warning("invoke failed", extra={"adapter": adapter, "code": exc.code})
-        return Failure(exc.status, exc.message, code=exc.code)
+        return invoke_failure(adapter, exc)
     model_ms = (time.perf_counter() - t_model) * 1000
     metrics.add_metric(name="ModelLatency", unit=MetricUnit.Milliseconds, value=model_ms)
     remember(prep, cache_status, result)
     return answer(adapter, prep.version, result, cache_status, t0, model_ms)
 
 
-def _served_as_routed(adapter: str, version: str, result: dict[str, Any]) -> bool:
-    """Whether the artifact the container reports is the one the key names. During a rollout a
-    container may still serve the previous version; its answer must not be cached under the new
-    one."""
+#: Why a generation ended, when it ended as an answer (the runtime's words, and TGI's).
+ANSWERED = frozenset({"stop", "length", "stop_sequence", "eos_token"})
+#: When a client may try again after a throttle or a component that is not ready, in seconds.
+RETRY_AFTER_S = {429: 1, 503: 5}
+
+
+def complete_answer(result: Any) -> dict[str, Any]:
+    """The container's answer when it is one: an object with its text and a finish reason of
+    stop, length or stop sequence. Anything else (``{}``, an error object, an array) is a 502,
+    never an answer and never cached."""
+    if not isinstance(result, dict):
+        raise InvokeError(502, "the model returned an answer that is not a JSON object",
+                          "BadModelOutput", type(result).__name__)  # fmt: skip
+    if "error" in result:
+        status = result.get("status")
+        raise container_error(
+            status if isinstance(status, int) else 502, str(result["error"])[:500]
+        )
+    if (
+        not isinstance(result.get("generated_text"), str)
+        or result.get("finish_reason") not in ANSWERED
+    ):
+        raise InvokeError(502, "the model returned an incomplete answer (no text or no finish "
+                               "reason)", "BadModelOutput", str(sorted(result))[:200])  # fmt: skip
+    return result
+
+
+def invoke_failure(adapter: str, exc: InvokeError, request_id: str | None = None) -> Failure:
+    """A failed invocation as the client sees it: the fixed message, and ``Retry-After`` where
+    a retry can succeed. What SageMaker or the container said is logged here, under the request
+    id, and goes nowhere else."""
+    metrics.add_metric(name=f"Error{exc.status}", unit=MetricUnit.Count, value=1)
+    logger.warning("invoke failed", extra={"adapter": adapter, "code": exc.code,
+                                           "status": exc.status, "detail": exc.detail,
+                                           "request_id": request_id or _request_id()})  # fmt: skip
+    return client_failure(exc)
+
+
+def client_failure(exc: InvokeError) -> Failure:
+    """The fixed message, and ``Retry-After`` where a retry can succeed."""
+    retry = RETRY_AFTER_S.get(exc.status)
+    return Failure(exc.status, exc.message, code=exc.code,
+                   headers={"Retry-After": str(retry)} if retry else None)  # fmt: skip
+
+
+def _served_as_routed(prep: Prepared, result: dict[str, Any]) -> bool:
+    """Whether the artifact the container reports is the one the key names: the route's name
+    and version, and its weights' sha256 where the catalog pins them. During a rollout a
+    container may still serve the previous version, and a component may answer from the base
+    model (``artifact: null``); neither answer may be cached under the adapter's key."""
     artifact = result.get("artifact")
-    if not isinstance(artifact, dict):
-        return True
-    if (artifact.get("name"), artifact.get("version")) == (adapter, version):
-        return True
+    if isinstance(artifact, dict):
+        same = (artifact.get("name"), artifact.get("version")) == (prep.adapter, prep.version)
+        if same and prep.weights_sha256 is not None:
+            same = artifact.get("sha256") == prep.weights_sha256
+        if same:
+            return True
     metrics.add_metric(name="ArtifactMismatch", unit=MetricUnit.Count, value=1)
     logger.warning("served artifact differs from the route; answer not cached",
-                   extra={"adapter": adapter, "routed": version, "served": artifact})  # fmt: skip
+                   extra={"adapter": prep.adapter, "routed": prep.version,
+                          "weights": prep.weights_sha256, "served": artifact})  # fmt: skip
     return False
 
 

@@ -87,9 +87,13 @@ class Refused(Exception):  # noqa: N818 - carries a ready error response
         self.response = response
 
 
+def error_type(status: int) -> str:
+    return _TYPES.get(status, "api_error")
+
+
 def error(status: int, message: str, *, param: str | None = None, code: str | None = None,
           headers: dict[str, str] | None = None) -> Response:  # fmt: skip
-    body = {"error": {"message": message, "type": _TYPES.get(status, "api_error"),
+    body = {"error": {"message": message, "type": error_type(status),
                       "param": param, "code": code}}  # fmt: skip
     response = Response(status_code=status, content_type=content_types.APPLICATION_JSON,
                         body=json.dumps(body))  # fmt: skip
@@ -123,6 +127,10 @@ def parse(kind: type[_OpenAIRequest]) -> _OpenAIRequest:
     if unknown:
         raise Refused(error(400, f"stream_options: unknown options {unknown}",
                             param="stream_options"))  # fmt: skip
+    both = req.max_tokens is not None and req.max_completion_tokens is not None
+    if both and req.max_tokens != req.max_completion_tokens:
+        raise Refused(error(400, "max_tokens and max_completion_tokens disagree; send one of them",
+                            param="max_completion_tokens"))  # fmt: skip
     return req
 
 
@@ -132,6 +140,10 @@ def prompt_of(req: _OpenAIRequest) -> dict[str, Any]:
         return {"inputs": req.prompt}
     messages = []
     for i, m in enumerate(req.messages):  # type: ignore[attr-defined]
+        if extra := sorted(set(m) - {"role", "content"}):
+            raise Refused(error(400, f"messages.{i}: fields this platform does not honour: "
+                                     f"{', '.join(map(str, extra))[:200]}",
+                                param=f"messages.{i}"))  # fmt: skip
         role, content = m.get("role"), m.get("content")
         if role not in ("system", "user", "assistant") or not isinstance(content, str):
             raise Refused(error(400, f"messages.{i}: role must be system, user or assistant "

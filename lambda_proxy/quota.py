@@ -1,39 +1,71 @@
 """Per-tenant quotas: requests and tokens per minute, per tenant and optionally per adapter.
 
-Counted in Redis in fixed one-minute windows by one Lua script, so the check and the increments
-of every limit that applies happen atomically: under any concurrency a limit of N admits exactly
-N requests in a window. A request's token cost is its ``max_new_tokens`` (what it may generate),
-reserved when it is admitted. When Redis cannot be reached the request goes through and the
-outage is counted: quotas protect capacity, they must not become an outage of their own.
-Written here because no library the router already ships does atomic multi-limit windows.
+Each limit is a token bucket (capacity: the per-minute limit; refilled at that rate), kept in
+Redis and checked by one Lua script, so the check and the debits of every limit that applies
+happen atomically: under any concurrency a full bucket of N admits exactly N requests, and no
+window boundary lets twice the limit through the way fixed one-minute windows did. A request's
+token cost is its ``max_new_tokens`` (what it may generate, reserved when it is admitted) plus
+an estimate of its prompt tokens (``prompt_tokens_estimate``: UTF-8 bytes / 4; the router has
+no tokenizer, and the estimate is labelled as one wherever it is shown).
+
+A cost above a limit can never be admitted, so it is refused outright (``Decision.never``)
+instead of answering 429 forever. When Redis cannot be reached, or failed within the last
+``BREAKER_S`` seconds (a hanging Redis would otherwise add its timeout to every request), the
+same limits are applied by an in-process bucket per tenant (``LocalBuckets``): per execution
+environment rather than across them, which is weaker, but a tenant can no longer take every
+environment's capacity while Redis is away. Written here because no library the router already
+ships does atomic multi-limit buckets in Redis.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
+#: The limits are per minute; a bucket refills its capacity over this many seconds.
 WINDOW_S = 60
-#: KEYS: per limit, a counter key. ARGV: per limit, its maximum and this request's cost, then
-#: the keys' lifetime in ms. Refuses (0) without counting when any limit would be exceeded.
+#: After a Redis failure, Redis is not asked again for this long (a circuit breaker).
+BREAKER_S = 5.0
+#: Bytes per token in the prompt estimate (English text in a BPE vocabulary: about 4).
+BYTES_PER_TOKEN = 4
+
+#: KEYS: per limit, a bucket (a hash of ``level`` and ``ts``, ms). ARGV: per limit, its capacity
+#: and this request's cost, then now (ms) and the refill window (ms). Returns 0 when admitted
+#: (every bucket debited), else the ms until the emptiest bucket holds the cost (none debited).
 _SCRIPT = """
 local n = #KEYS
+local now = tonumber(ARGV[2 * n + 1])
+local window = tonumber(ARGV[2 * n + 2])
+local levels, stamps, wait = {}, {}, 0
 for i = 1, n do
-  local used = tonumber(redis.call('GET', KEYS[i]) or '0')
-  if used + tonumber(ARGV[2 * i]) > tonumber(ARGV[2 * i - 1]) then
-    return 0
+  local cap, cost = tonumber(ARGV[2 * i - 1]), tonumber(ARGV[2 * i])
+  local state = redis.call('HMGET', KEYS[i], 'level', 'ts')
+  local level, ts = tonumber(state[1]), tonumber(state[2])
+  if level == nil or ts == nil then
+    level, ts = cap, now
+  elseif now > ts then
+    level = math.min(cap, level + (now - ts) * cap / window)
+    ts = now
+  end
+  levels[i], stamps[i] = level, ts
+  if level < cost then
+    wait = math.max(wait, math.ceil((cost - level) * window / cap))
   end
 end
-local ttl = tonumber(ARGV[2 * n + 1])
-for i = 1, n do
-  redis.call('INCRBY', KEYS[i], tonumber(ARGV[2 * i]))
-  redis.call('PEXPIRE', KEYS[i], ttl)
+if wait > 0 then
+  return wait
 end
-return 1
+for i = 1, n do
+  redis.call('HSET', KEYS[i], 'level', tostring(levels[i] - tonumber(ARGV[2 * i])),
+             'ts', tostring(stamps[i]))
+  redis.call('PEXPIRE', KEYS[i], window * 2)
+end
+return 0
 """
 
 
@@ -53,44 +85,112 @@ class Limits:
 class Decision:
     allowed: bool
     retry_after_s: int = 0
-    enforced: bool = True  # False when Redis could not be asked
+    enforced: bool = True  # False when Redis could not be asked (the fallback decided)
     limit: str | None = None
+    #: The request costs more than a limit holds: no retry can ever admit it.
+    never: bool = False
+
+
+def prompt_tokens_estimate(prompt: str) -> int:
+    """An estimate of a prompt's tokens for the token quota (no tokenizer in the router)."""
+    return math.ceil(len(prompt.encode("utf-8", "replace")) / BYTES_PER_TOKEN)
+
+
+@dataclass(frozen=True)
+class _Bucket:
+    key: str
+    capacity: int
+    cost: int
+    name: str
+
+
+class LocalBuckets:
+    """The Lua script's buckets in this process: the fallback while Redis is away."""
+
+    def __init__(self) -> None:
+        self._state: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, buckets: list[_Bucket], now: float) -> float:
+        """0 when admitted (all debited), else the seconds until it would be."""
+        with self._lock:
+            levels, wait = [], 0.0
+            for b in buckets:
+                level, ts = self._state.get(b.key, (float(b.capacity), now))
+                if now > ts:
+                    level = min(b.capacity, level + (now - ts) * b.capacity / WINDOW_S)
+                levels.append(level)
+                if level < b.cost:
+                    wait = max(wait, (b.cost - level) * WINDOW_S / b.capacity)
+            if wait > 0:
+                return wait
+            for b, level in zip(buckets, levels, strict=True):
+                self._state[b.key] = (level - b.cost, now)
+            if len(self._state) > 100_000:  # bound the memory: drop the oldest half
+                for key in list(self._state)[: len(self._state) // 2]:
+                    del self._state[key]
+            return 0.0
 
 
 class Quotas:
     def __init__(self, client: redis.Redis | None, tenant_wide: Limits | None) -> None:
         self.client = client
         self.tenant_wide = tenant_wide
-        self._script = client.register_script(_SCRIPT) if client is not None else None
+        # A client that runs no scripts (the local platform's in-process cache, when no Redis
+        # answers) leaves the in-process buckets in charge.
+        register = getattr(client, "register_script", None)
+        self._script = register(_SCRIPT) if register is not None else None
+        self.fallback = LocalBuckets()
+        #: ``time.monotonic()`` until which Redis is not asked (the breaker is open).
+        self._skip_until = 0.0
 
     def check(
         self, tenant: str, adapter: str, tokens: int, per_adapter: Limits | None = None,
         now: float | None = None,
     ) -> Decision:  # fmt: skip
+        """``tokens``: the request's whole token cost (new tokens plus the prompt estimate)."""
         now = time.time() if now is None else now
-        window = int(now // WINDOW_S)
-        keys: list[str] = []
-        args: list[int] = []
-        names: list[str] = []
+        buckets = self._buckets(tenant, adapter, tokens, per_adapter)
+        if not buckets:
+            return Decision(True)
+        if over := [b for b in buckets if b.cost > b.capacity]:
+            return Decision(False, limit=", ".join(b.name for b in over), never=True)
+        wait_s = self._ask_redis(buckets, now)
+        enforced = wait_s is not None
+        if wait_s is None:
+            wait_s = self.fallback.take(buckets, now)
+        if wait_s <= 0:
+            return Decision(True, enforced=enforced)
+        limit = ", ".join(b.name for b in buckets)
+        return Decision(False, max(1, math.ceil(wait_s)), enforced=enforced, limit=limit)
+
+    def _buckets(self, tenant: str, adapter: str, tokens: int,
+                 per_adapter: Limits | None) -> list[_Bucket]:  # fmt: skip
+        out = []
         for scope, limits in (("*", self.tenant_wide), (adapter, per_adapter)):
             if limits is None:
                 continue
             for kind, limit, cost in (("req", limits.requests_per_minute, 1),
                                       ("tok", limits.tokens_per_minute, tokens)):  # fmt: skip
                 if limit is not None:
-                    keys.append(f"lora:quota:v1:{tenant}:{scope}:{window}:{kind}")
-                    args += [int(limit), int(cost)]
-                    names.append(f"{'requests' if kind == 'req' else 'tokens'} per minute"
-                                 + ("" if scope == "*" else f" on {adapter}"))  # fmt: skip
-        if not keys:
-            return Decision(True)
-        if self._script is None:
-            return Decision(True, enforced=False)
+                    name = f"{'requests' if kind == 'req' else 'tokens'} per minute" + (
+                        "" if scope == "*" else f" on {adapter}"
+                    )
+                    key = f"lora:quota:v2:{tenant}:{scope}:{kind}"
+                    out.append(_Bucket(key, int(limit), int(cost), f"{limit} {name}"))
+        return out
+
+    def _ask_redis(self, buckets: list[_Bucket], now: float) -> float | None:
+        """Seconds to wait (0: admitted), or None when Redis could not be asked."""
+        if self._script is None or time.monotonic() < self._skip_until:
+            return None
+        args: list[int] = []
+        for b in buckets:
+            args += [b.capacity, b.cost]
         try:
-            ok = self._script(keys=keys, args=[*args, (WINDOW_S + 5) * 1000])
+            wait_ms = self._script(keys=[b.key for b in buckets],
+                                   args=[*args, int(now * 1000), WINDOW_S * 1000])  # fmt: skip
         except redis.RedisError:
-            return Decision(True, enforced=False)
-        if ok:
-            return Decision(True)
-        retry = max(1, math.ceil((window + 1) * WINDOW_S - now))
-        return Decision(False, retry_after_s=retry, limit=", ".join(names))
+            self._skip_until = time.monotonic() + BREAKER_S
+            return None
+        return int(wait_ms) / 1000

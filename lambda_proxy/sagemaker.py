@@ -1,6 +1,11 @@
 """InvokeEndpoint with InferenceComponentName, retries that never repeat a generation, and
 errors mapped for clients.
 
+An error's client text is fixed per status and code: SageMaker's and the container's own
+messages carry the router role's ARN, the account, component names, the endpoint URL, a log
+stream link and tracebacks, which a tenant (of any account) must not see. They travel in
+``InvokeError.detail``, which the router logs under the request id and never answers with.
+
 A generation must run once. botocore retries a read timeout (and 5xx), which for a slow
 generation means the GPU runs it two or three times while the client waits for API Gateway's own
 timeout. So botocore does not retry here (``max_attempts: 1``); the read timeout is the whole
@@ -36,6 +41,7 @@ RETRYABLE_CODES = frozenset({"ThrottlingException", "ThrottledException"})
 MAX_ATTEMPTS = 3
 CONNECT_TIMEOUT_S = 2.0
 
+#: Client text per SageMaker error code (the detail is logged, never answered).
 _ERRORS: dict[str, tuple[int, str]] = {
     "ModelError": (502, "the model container returned an error"),
     "ValidationError": (400, "the request was rejected by SageMaker"),
@@ -48,14 +54,40 @@ _ERRORS: dict[str, tuple[int, str]] = {
 }
 
 
+#: Client text for a container's own 4xx (a ModelError's ``OriginalStatusCode``), which passes
+#: through with its status: a client must not retry a request the container will always refuse
+#: (the official ``openai`` client retries every 5xx, and each try is charged to the quota).
+_CONTAINER_4XX: dict[int, str] = {
+    400: "the model container refused the request as invalid",
+    404: "the model container does not know the adapter",
+    408: "the model container timed out reading the request",
+    413: "the request is too large for the model (prompt plus max_new_tokens)",
+    422: "the model container could not process the request",
+    424: "the adapter could not be loaded by the model container",
+    429: "the model container is at capacity; retry shortly",
+}
+
+
 @dataclass
 class InvokeError(Exception):
     status: int
+    #: Safe to show any caller: fixed per status and code.
     message: str
     code: str
+    #: What SageMaker or the container said: for the router's log only.
+    detail: str = ""
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
+
+
+def container_error(status: int, detail: str = "") -> InvokeError:
+    """A container's own error (a ModelError, or an error line in its stream), as the client
+    sees it: a 4xx keeps its status, anything else is a 502."""
+    if 400 <= status < 500:
+        text = _CONTAINER_4XX.get(status, "the model container refused the request")
+        return InvokeError(status, text, "ModelError", detail)
+    return InvokeError(502, _ERRORS["ModelError"][1], "ModelError", detail)
 
 
 def make_client(endpoint_url: str | None, region: str | None, deadline_s: float) -> Any:
@@ -154,7 +186,7 @@ def stream_lines(events: Any) -> Iterator[dict[str, Any]]:
             for code in ("ModelStreamError", "InternalStreamFailure"):
                 if code in event:
                     detail = event[code].get("Message") or code
-                    raise InvokeError(502, f"the model stream failed: {detail}", code)
+                    raise InvokeError(502, "the model stream failed", code, str(detail))
     if pending.strip():
         yield _line(pending)
 
@@ -179,23 +211,24 @@ def _errors() -> Iterator[None]:
         err = exc.response.get("Error", {})
         code = err.get("Code", "Unknown")
         status, message = _ERRORS.get(code, (502, "SageMaker returned an error"))
-        detail = err.get("Message") or ""
+        detail = str(exc.response.get("OriginalMessage") or err.get("Message") or "")
         if code == "ModelError":
-            original = exc.response.get("OriginalMessage") or detail
-            message = f"{message}: {original}"
-        elif detail:
-            message = f"{message}: {detail}"
-        error = InvokeError(status, message, code)
+            # botocore's sagemaker-runtime model: ModelError carries the container's own
+            # status as ``OriginalStatusCode`` (parsed onto the response's top level).
+            original = exc.response.get("OriginalStatusCode")
+            error = container_error(int(original) if isinstance(original, int) else 502, detail)
+        else:
+            error = InvokeError(status, message, code, detail)
         if code in RETRYABLE_CODES:
             raise _NotStarted(error) from exc
         raise error from exc
     except (ConnectTimeoutError, EndpointConnectionError) as exc:
         # No connection, so no request: safe to try again.
         raise _NotStarted(
-            InvokeError(502, f"cannot reach SageMaker: {exc}", type(exc).__name__)
+            InvokeError(502, "cannot reach SageMaker", type(exc).__name__, str(exc))
         ) from exc
     except ReadTimeoutError as exc:
         # The request may be generating: never sent again.
         raise InvokeError(504, "the model did not answer within the deadline", "Timeout") from exc
     except BotoCoreError as exc:  # no credentials, a stream cut off, ...
-        raise InvokeError(502, f"cannot reach SageMaker: {exc}", type(exc).__name__) from exc
+        raise InvokeError(502, "cannot reach SageMaker", type(exc).__name__, str(exc)) from exc

@@ -3,15 +3,37 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+
+def encodable(v: str) -> str:
+    """JSON may carry a lone surrogate (``"\\ud800"``), which no UTF-8 encoder takes: refused
+    here, before the quota is charged, instead of failing the cache key or the payload later."""
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("is not valid Unicode text (a lone surrogate)") from None
+    return v
+
+
+#: Text the router forwards: anything that encodes as UTF-8.
+Text = Annotated[str, AfterValidator(encodable)]
 
 
 class Message(BaseModel):
     model_config = ConfigDict(extra="forbid")
     role: Literal["system", "user", "assistant"]
-    content: str = Field(min_length=1)
+    content: Text = Field(min_length=1)
 
 
 #: The runtime's sampling bounds (runtime/request.py; the router ships alone, so they are
@@ -52,7 +74,7 @@ class Parameters(BaseModel):
             raise ValueError(f"must be 0 (greedy) or at least {MIN_TEMPERATURE:g}")
         return v
 
-    stop: list[str] = Field(default_factory=list)
+    stop: list[Text] = Field(default_factory=list)
     seed: int | None = Field(default=None, ge=0, lt=2**31)
     do_sample: bool = False
     #: Decode the answer to this JSON Schema (the runtime checks it against the metaschema and
@@ -64,6 +86,7 @@ class Parameters(BaseModel):
     def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         if v is None:
             return v
+        encodable(json.dumps(v, separators=(",", ":"), ensure_ascii=False))
         size = len(json.dumps(v, separators=(",", ":")).encode())
         if size > MAX_SCHEMA_BYTES:
             raise ValueError(f"is {size} bytes, over the limit of {MAX_SCHEMA_BYTES}")
@@ -101,7 +124,7 @@ class Parameters(BaseModel):
 
 class GenerateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    inputs: str | None = Field(default=None, min_length=1)
+    inputs: Text | None = Field(default=None, min_length=1)
     messages: list[Message] | None = Field(default=None, min_length=1, max_length=64)
     parameters: Parameters = Field(default_factory=Parameters)
     stream: bool = False

@@ -2,8 +2,10 @@
 for the native route and the OpenAI-compatible ones.
 
 A stream is planned the way a buffered answer is (``handler``: identity first, the request's
-schema, the quota, the cache) and only then opened, so every refusal is an ordinary JSON error
-with its status code. Once open, the container's JSON lines become events:
+schema, the quota, the cache) and then SageMaker's stream is opened (``Stream.open``) before
+any byte is answered, so every refusal, and a stream SageMaker will not open (a component not
+ready, throttling), is an ordinary JSON error with its status code and ``Retry-After``. Once
+open, the container's JSON lines become events:
 
 - native: ``event: token`` with ``{"text": ...}`` per piece, then ``event: done`` with the
   buffered route's whole answer (output, usage, artifact, cache status, timings), or
@@ -98,16 +100,40 @@ class Stream:
         self._body: Any = None
         self._lock = threading.Lock()
 
-    # -- the reader ------------------------------------------------------------------------
-    def _read(self) -> None:
+    def open(self) -> None:
+        """SageMaker's stream, opened before the answer starts (a cached answer needs none);
+        raises ``InvokeError`` when it cannot be."""
+        if self.plan.hit is not None:
+            return
         d = handler.deps()
         s = d.settings
+        prep = self.plan.prep
+        self._body = open_stream(d.stream_client, s.routing_table["endpoint"], prep.component,
+                                 prep.payload, deadline_s=s.stream_deadline_s)  # fmt: skip
+
+    def refusal(self, exc: InvokeError) -> tuple[int, dict[str, str], bytes]:
+        """A stream that could not be opened, as the JSON error its API answers with."""
+        p = self.plan
+        # Outside the handler's lock: counted and logged here, not in its metric buffer.
+        _count(f"Error{exc.status}")
+        handler.logger.warning("stream not opened", extra={
+            "adapter": p.model, "code": exc.code, "status": exc.status, "detail": exc.detail,
+            "request_id": p.request_id})  # fmt: skip
+        failure = handler.client_failure(exc)
+        headers = {"Content-Type": "application/json", **(failure.headers or {})}
+        if p.kind == "native":
+            body = {"error": failure.message, "status": failure.status, "code": failure.code,
+                    "request_id": p.request_id}  # fmt: skip
+        else:
+            body = {"error": {"message": failure.message, "type": openai_api.error_type(
+                failure.status), "param": None, "code": failure.code}}  # fmt: skip
+        return failure.status, headers, json.dumps(body).encode()
+
+    # -- the reader ------------------------------------------------------------------------
+    def _read(self) -> None:
         try:
-            prep = self.plan.prep
-            body = open_stream(d.stream_client, s.routing_table["endpoint"], prep.component,
-                               prep.payload, deadline_s=s.stream_deadline_s)  # fmt: skip
             with self._lock:
-                self._body = body
+                body = self._body
                 if self._cancelled.is_set():
                     body.close()
                     return
@@ -118,7 +144,9 @@ class Stream:
         except Exception as exc:  # a closed stream after cancel, or a bug: end the stream
             if not self._cancelled.is_set():
                 handler.logger.exception("stream reader failed")
-                self._queue.put(InvokeError(502, f"the model stream failed: {exc}", "StreamError"))
+                self._queue.put(
+                    InvokeError(502, "the model stream failed", "StreamError", str(exc))
+                )
         finally:
             self._queue.put(_END)
 
@@ -170,14 +198,16 @@ class Stream:
             if isinstance(item, InvokeError):
                 yield from fmt.error(item)
                 return
-            if "error" in item:
-                status = int(item.get("status") or 502)
-                yield from fmt.error(InvokeError(status, str(item["error"]), "ModelError"))
-                return
             text = _token_text(item)
             if text:
                 yield from fmt.token(text)
-            if item.get("done") or item.get("generated_text") is not None:
+            if "error" in item or item.get("done") or item.get("generated_text") is not None:
+                # The last line: an answer only when it is a complete one.
+                try:
+                    item = handler.complete_answer(item)
+                except InvokeError as exc:
+                    yield from fmt.error(exc)
+                    return
                 model_ms = (time.perf_counter() - t_model) * 1000
                 _count("ModelLatency", model_ms, MetricUnit.Milliseconds)
                 handler.remember(plan.prep, plan.status, item)
@@ -264,7 +294,8 @@ class _Format:
         _count(f"StreamError{exc.status}")
         if exc.status >= 500:  # API Gateway's 5XXError never sees it: alarmed on this one
             _count("StreamServerError")
-        where = {"adapter": self.plan.model, "code": exc.code, "request_id": self.plan.request_id}
+        where = {"adapter": self.plan.model, "code": exc.code, "status": exc.status,
+                 "detail": exc.detail, "request_id": self.plan.request_id}  # fmt: skip
         handler.logger.warning("stream failed", extra=where)
         if self.plan.kind == "native":
             yield sse({"error": exc.message, "status": exc.status, "code": exc.code},

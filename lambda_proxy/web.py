@@ -43,6 +43,7 @@ from starlette.routing import Route
 # Imported, and their clients built (``warm``), when the function starts, so that a
 # provisioned environment has paid for them before its first request.
 from lambda_proxy import handler, streaming
+from lambda_proxy.sagemaker import InvokeError
 
 REQUEST_CONTEXT = "x-amzn-request-context"
 LAMBDA_CONTEXT = "x-amzn-lambda-context"
@@ -185,6 +186,11 @@ async def _stream(kind: str, event: dict[str, Any], context: LambdaContext) -> R
         return Response(plan.body or "", status_code=plan.status_code,
                         headers={"Content-Type": "application/json", **plan.headers})  # fmt: skip
     stream = streaming.Stream(plan)
+    try:
+        await run_in_threadpool(stream.open)
+    except InvokeError as exc:
+        status, headers, content = stream.refusal(exc)
+        return Response(content, status_code=status, headers=headers)
 
     async def body():
         try:

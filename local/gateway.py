@@ -105,8 +105,11 @@ def redis_client(url: str | None):
     if not url:
         return None
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
-    client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+    client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5,
+                                  retry=Retry(NoBackoff(), 0))  # fmt: skip
     try:
         client.ping()
     except redis.RedisError:
@@ -214,16 +217,34 @@ class LocalGateway:
             self.trace.append({"seq": self._seq, "ts": round(time.time(), 3), "event": name,
                                "origin": "router", **fields})  # fmt: skip
 
-    def invoke_base(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """The base model's answer to the same request, through the same SageMaker client."""
+    def invoke_base(self, tenant: str, data: Any) -> dict[str, Any]:
+        """The base model's answer to the same request, through the same SageMaker client,
+        after the router's checks for ``tenant`` (``BaseRefusedError`` when they refuse)."""
+        from lambda_proxy.auth import caller_from_event
+        from lambda_proxy.handler import Failure, prepare_base
         from lambda_proxy.sagemaker import invoke
+        from lambda_proxy.web import HANDLER_LOCK
 
+        context = request_context("POST", "/local/base/generate", "/local/base/generate", tenant)
+        caller = caller_from_event({"requestContext": context})
+        assert caller is not None  # a context this gateway built names its caller
+        with HANDLER_LOCK:  # the handler's metrics buffer is per process
+            payload = prepare_base(caller, data)
+        if isinstance(payload, Failure):
+            raise BaseRefusedError(payload)
         t0 = time.perf_counter()
         result = invoke(self.client, self.table["endpoint"], self.table["base_component"], payload)
         return {"output": result.get("generated_text"), "usage": result.get("usage"),
                 "finish_reason": result.get("finish_reason"),
                 "timings_ms": {"total": round((time.perf_counter() - t0) * 1000, 3),
                                "engine": result.get("timings_ms")}}  # fmt: skip
+
+
+class BaseRefusedError(Exception):
+    """The router's checks refused a base-model request (its ``Failure``)."""
+
+    def __init__(self, failure: Any) -> None:
+        self.failure = failure
 
 
 def _catalog_view(gateway: LocalGateway) -> dict[str, Any]:
@@ -304,20 +325,27 @@ def create_app(gateway: LocalGateway) -> ApiGateway:
 
     @app.post("/local/base/generate")
     async def base_generate(request: Request) -> Response:
+        """The base model's answer beside an adapter's, through the router's own checks: the
+        caller's identity (``X-Local-Tenant``), the request schema with the environment's
+        caps, and the tenant's quota."""
         from lambda_proxy.sagemaker import InvokeError
 
+        tenant = request.headers.get(TENANT_HEADER, gateway.tenant)
+        if not _TENANT_RE.match(tenant):
+            return JSONResponse({"error": "invalid X-Local-Tenant"}, status_code=400)
         try:
-            payload = await request.json()
-        except ValueError:
+            data = json.loads(await request.body() or b"null")
+        except (ValueError, RecursionError):
             return JSONResponse({"error": "body is not JSON"}, status_code=400)
-        if not isinstance(payload, dict):
-            return JSONResponse({"error": "body must be a JSON object"}, status_code=400)
-        payload = {k: v for k, v in payload.items() if k in ("inputs", "messages", "parameters")}
         try:
-            return JSONResponse(await asyncio.to_thread(gateway.invoke_base, payload))
+            return JSONResponse(await asyncio.to_thread(gateway.invoke_base, tenant, data))
         except InvokeError as exc:
             return JSONResponse({"error": exc.message, "code": exc.code},
                                 status_code=exc.status)  # fmt: skip
+        except BaseRefusedError as refused:
+            f = refused.failure
+            body = {"error": f.message, "status": f.status, "code": f.code, "details": f.details}
+            return JSONResponse(body, status_code=f.status, headers=f.headers or {})
 
     @app.get("/local/status")
     async def status() -> Response:
@@ -375,6 +403,9 @@ class ApiGateway:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path = scope.get("path", "")
+        if scope["type"] == "http" and (refusal := _unsafe_write(scope)) is not None:
+            await refusal(scope, receive, send)
+            return
         if scope["type"] != "http" or not (path.startswith("/v1/") or path == "/health"):
             await self.rest(scope, receive, send)
             return
@@ -419,6 +450,29 @@ class ApiGateway:
             self.gateway.event("router_request", adapter=m["adapter"], status=observed["status"],
                                cache=_cache_status(observed),
                                latency_ms=round((time.perf_counter() - t0) * 1000, 1))  # fmt: skip
+
+
+def _unsafe_write(scope: dict[str, Any]) -> JSONResponse | None:
+    """A write another web page could make: the gateway answers on loopback with an identity of
+    its own (no SigV4), so any page the developer opens could post to it. A browser sends a
+    cross-origin ``text/plain`` or form post without a preflight; it cannot send a JSON one
+    without CORS approval, which this gateway never gives. So a write must be JSON, and one
+    that names a foreign origin (``Origin``, or ``Sec-Fetch-Site``) is refused."""
+    if scope["method"] not in ("POST", "PUT", "PATCH", "DELETE"):
+        return None
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    origin = headers.get("origin")
+    host = headers.get("host", "")
+    if headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none") or (
+        origin is not None and origin.split("://", 1)[-1] != host
+    ):
+        return JSONResponse({"error": "cross-origin requests are refused", "status": 403},
+                            status_code=403)  # fmt: skip
+    media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if scope["method"] != "DELETE" and media != "application/json":
+        return JSONResponse({"error": "the body must be sent as application/json", "status": 415},
+                            status_code=415)  # fmt: skip
+    return None
 
 
 def _cache_status(observed: dict[str, Any]) -> str | None:

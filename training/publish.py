@@ -236,7 +236,10 @@ def publish(
         s3.put_object(Bucket=bucket, Key=key, Body=body, ServerSideEncryption="aws:kms",
                       Metadata={"sha256": digest}, **kms)  # fmt: skip
     uri = f"s3://{bucket}/{key}"
-    set_artifact(adapter, uri if record_uri else None, digest, catalog)
+    files = manifest.get("files") or {}
+    weights = next((files[f] for f in ("adapter_model.safetensors", "adapter_model.bin")
+                    if f in files), None)  # fmt: skip
+    set_artifact(adapter, uri if record_uri else None, digest, catalog, weights_sha256=weights)
     return uri
 
 

@@ -212,7 +212,9 @@ def test_cli_prints_table_and_fails_with_messages(tmp_path: Path) -> None:
     assert "adapter 'new-adapter'" in bad.stderr and "field 'task'" in bad.stderr
 
 
-@pytest.mark.parametrize("tenant", ["clinic north", "12345:clinic", "clinic:north", ""])
+@pytest.mark.parametrize(
+    "tenant", ["clinic north", "12345:clinic", "clinic:north", "", "role/clinic", "user/"]
+)
 def test_a_tenant_that_is_not_account_qualifiable_is_refused_with_the_entry(tmp_path, tenant):
     import yaml
 
@@ -233,7 +235,8 @@ def test_account_qualified_tenants_and_cache_modes_load(tmp_path):
 
     data = yaml.safe_load(CATALOG_PATH.read_text())
     data["adapters"][0]["allow"] = {"tenants": ["clinic-north", "999999999999:clinic-north",
-                                                "999999999999:*", "*"]}  # fmt: skip
+                                                "999999999999:*", "*", "user/clinic-north",
+                                                "999999999999:user/clinic-north"]}  # fmt: skip
     data["adapters"][0]["cache"] = "shared"
     path = tmp_path / "adapters.yaml"
     path.write_text(yaml.safe_dump(data))

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import os
-import socket
+import re
 import subprocess
 import time
 import uuid
@@ -28,6 +29,7 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 from lambda_proxy import handler as h
 from lambda_proxy.cache import ResponseCache
 from lambda_proxy.settings import RouterSettings
+from tests.fakes import free_port
 
 ALLOWED_ROLE = "arn:aws:sts::123456789012:assumed-role/clinic-north/session-1"
 OTHER_ROLE = "arn:aws:sts::123456789012:assumed-role/intruder/session-9"
@@ -80,8 +82,12 @@ def call(ev: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     return out["statusCode"], json.loads(out["body"])
 
 
+#: What the medical adapter's container reports serving (the router caches only such answers).
+MEDICAL_ARTIFACT = {"name": "medical", "version": "1.0.0", "sha256": "0" * 64}
+
+
 def model_answer(text: str = "Patient has shortness of breath.",
-                 artifact: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+                 artifact: dict[str, Any] | None = MEDICAL_ARTIFACT) -> dict[str, Any]:  # fmt: skip
     body = json.dumps({"generated_text": text, "finish_reason": "stop", "artifact": artifact,
                        "usage": {"input_tokens": 5, "output_tokens": 6}}).encode()  # fmt: skip
     return {"Body": StreamingBody(io.BytesIO(body), len(body)), "ContentType": "application/json"}
@@ -117,10 +123,14 @@ def router(sagemaker, redis_client):
     h.configure(None)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def routed(cache: Any, client: Any, **changes: dict[str, Any]) -> dict[str, Any]:
+    """Configure the router with TABLE, each adapter named in ``changes`` updated by its dict;
+    returns the table."""
+    table = copy.deepcopy(TABLE)
+    for name, fields in changes.items():
+        table["adapters"][name].update(fields)
+    h.configure(h.Dependencies(RouterSettings(routing_table=table), cache, client))
+    return table
 
 
 @pytest.fixture
@@ -142,3 +152,48 @@ def own_redis(tmp_path):
     yield proc, client
     proc.kill()
     proc.wait()
+
+
+#: What no error body may carry: an ARN, an account id, a URL, a file path or a traceback.
+LEAK = re.compile(r"arn:aws|\b\d{12}\b|https?://|(?:/[\w.-]+){3,}|\.py\b|Traceback|File \"")
+
+
+@pytest.fixture(autouse=True)
+def error_bodies(request, monkeypatch):
+    """Every error body the router answers in a test (buffered, stream refusals, stream error
+    events) is scanned for internals; the fuzz module checks its own invariants (its adapter
+    names are random text, which a 404 quotes back)."""
+    from lambda_proxy import streaming
+
+    seen: list[str] = []
+    if request.module.__name__.endswith("test_fuzz"):
+        yield seen
+        return
+    real_handler = h.handler
+
+    def scanned_handler(ev: Any, context: Any) -> dict[str, Any]:
+        out = real_handler(ev, context)
+        if out.get("statusCode", 200) >= 400:
+            seen.append(str(out.get("body") or ""))
+        return out
+
+    real_error = streaming._Format.error
+    real_refusal = getattr(streaming.Stream, "refusal", None)
+
+    def scanned_error(self: Any, exc: Any):
+        for chunk in real_error(self, exc):
+            seen.append(chunk.decode())
+            yield chunk
+
+    def scanned_refusal(self: Any, exc: Any) -> tuple[int, dict[str, str], bytes]:
+        out = real_refusal(self, exc)  # type: ignore[misc]
+        seen.append(out[2].decode())
+        return out
+
+    monkeypatch.setattr(h, "handler", scanned_handler)
+    monkeypatch.setattr(streaming._Format, "error", scanned_error)
+    if hasattr(streaming.Stream, "refusal"):
+        monkeypatch.setattr(streaming.Stream, "refusal", scanned_refusal)
+    yield seen
+    leaks = [b for b in seen if LEAK.search(b)]
+    assert not leaks, f"error bodies carry internals: {leaks[:3]}"

@@ -1,5 +1,6 @@
-"""Thousands of malformed events: each gets a 4xx JSON error, none raises, none reaches
-SageMaker (the stubbed client has no responses queued, so any call would fail the test)."""
+"""4,000 malformed events (native and OpenAI routes): each gets a 4xx JSON error, none raises,
+none reaches SageMaker (the stubbed client has no responses queued, so any call would fail the
+test)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lambda_proxy import handler as h
-from tests.lambda_proxy.conftest import Context, event
+from tests.lambda_proxy.conftest import Context, event, model_answer
+
+#: Text as JSON can carry it: with lone surrogates, which no UTF-8 encoder takes.
+texts = st.text(max_size=30) | st.sampled_from(["\ud800", "a\udfffb", "\udc00" * 3, "\ud83d"])
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=30),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | texts,
     lambda inner: (
         st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
     ),
@@ -103,3 +107,47 @@ def test_malformed_bodies_and_paths(router, body, path) -> None:
 @given(ev=raw_events)
 def test_malformed_events(router, ev) -> None:
     _check(h.handler(ev, Context()))
+
+
+messages = st.lists(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "system", "assistant", "tool", "x"]),
+         "content": texts | json_values},
+        optional={"name": texts, "tool_calls": json_values, "x": json_values},
+    ),
+    max_size=3,
+)  # fmt: skip
+
+openai_bodies = st.fixed_dictionaries(
+    {"model": st.sampled_from(["medical", "public", "nope"]) | texts},
+    optional={
+        "messages": messages | json_values,
+        "prompt": texts | json_values,
+        "max_tokens": json_values,
+        "max_completion_tokens": json_values,
+        "stop": texts | st.lists(texts, max_size=3) | json_values,
+        "response_format": json_values,
+        "n": json_values,
+        "seed": json_values,
+        "x": json_values,
+    },
+).map(json.dumps)
+
+
+class Answering:
+    """A SageMaker client that answers every call as the medical adapter's container."""
+
+    def invoke_endpoint(self, **_: object) -> dict:
+        return model_answer()
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
+@given(body=openai_bodies, path=st.sampled_from(["/v1/chat/completions", "/v1/completions"]))
+def test_malformed_openai_requests(router, body, path) -> None:
+    """Some of these are valid requests (the container answers them); none is a 5xx."""
+    _, cache = router
+    settings_ = h.deps().settings
+    h.configure(h.Dependencies(settings_, cache, Answering()))
+    out = h.handler(event(body=body, path=path), Context())
+    assert out["statusCode"] == 200 or 400 <= out["statusCode"] < 500, out
+    assert isinstance(json.loads(out["body"]), dict)

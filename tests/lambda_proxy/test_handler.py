@@ -125,8 +125,8 @@ def test_sagemaker_errors_map_to_clear_client_errors(router, code, http, status)
                               service_message=f"detail of {code}", http_status_code=http)  # fmt: skip
     got, out = call(event(body=_body()))
     assert got == status and out["code"] == code and out["request_id"]
-    if code == "ModelError":
-        assert f"detail of {code}" in out["error"]  # the container's message
+    # SageMaker's and the container's own words are logged, never answered.
+    assert f"detail of {code}" not in out["error"]
 
 
 def test_timeout_is_504(router) -> None:
@@ -205,3 +205,51 @@ def test_an_operator_principal_may_call_every_adapter_and_no_one_else_gains(rout
     status, listed = call(event("GET", "/v1/adapters", arn=OTHER_ROLE))
     assert status == 200
     assert {a["name"] for a in listed["adapters"]} == set(table["adapters"])
+
+
+def _chat(**fields) -> dict:
+    return event(path="/v1/chat/completions",
+                 body={"model": "medical", "messages": [{"role": "user", "content": "x"}],
+                       **fields})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "route",
+    [
+        lambda: event(body=_body(stop=["\ud800"])),
+        lambda: event(body={"inputs": "a\udfffb"}),
+        lambda: event(body={"messages": [{"role": "user", "content": "\ud83d"}]}),
+        lambda: event(body=_body(json_schema={"type": "object", "title": "\udc00"})),
+        lambda: _chat(stop="\ud800"),
+        lambda: _chat(messages=[{"role": "user", "content": "\ud800"}]),
+    ],
+)
+def test_text_that_does_not_encode_is_a_400_before_the_quota_is_charged(router, route) -> None:
+    spent = []
+    quotas = h.deps().quotas
+    real = quotas.check
+    quotas.check = lambda *a, **k: spent.append(a) or real(*a, **k)  # type: ignore[method-assign]
+    status, out = call(route())
+    assert status == 400, out
+    assert not spent  # nothing charged, and SageMaker never called (no stub queued)
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [({"role": "user", "content": "x", "name": "bob"}, "name"),
+     ({"role": "assistant", "content": "x", "tool_calls": []}, "tool_calls"),
+     ({"role": "user", "content": "x", "anything": 1}, "anything")],
+)  # fmt: skip
+def test_openai_message_fields_that_are_not_honoured_are_a_400_naming_them(
+    router, message, field
+) -> None:
+    status, out = call(_chat(messages=[message]))
+    assert status == 400 and field in out["error"]["message"], out
+
+
+def test_conflicting_openai_token_limits_are_refused(router) -> None:
+    status, out = call(_chat(max_tokens=8, max_completion_tokens=16))
+    assert status == 400 and "max_tokens" in out["error"]["message"], out
+    stub, _ = router
+    _expect(stub)
+    assert call(_chat(max_tokens=8, max_completion_tokens=8))[0] == 200

@@ -9,7 +9,7 @@ import pytest
 
 from lambda_proxy import handler as h
 from lambda_proxy.settings import RouterSettings
-from tests.lambda_proxy.conftest import TABLE, call, event, model_answer
+from tests.lambda_proxy.conftest import TABLE, call, event, model_answer, routed
 
 OWN = "123456789012"
 FOREIGN = "999999999999"
@@ -27,7 +27,10 @@ def _expect(stub, component: str = "lora-test-medical", check=None) -> None:
     expected = None if check is None else {
         "EndpointName": "lora-test-endpoint", "InferenceComponentName": component,
         "ContentType": "application/json", "Accept": "application/json", "Body": check}  # fmt: skip
-    stub.add_response("invoke_endpoint", model_answer(), expected)
+    name = component.removeprefix("lora-test-")
+    version = TABLE["adapters"][name]["version"]
+    artifact = {"name": name, "version": version, "sha256": "0" * 64}
+    stub.add_response("invoke_endpoint", model_answer(artifact=artifact), expected)
 
 
 @pytest.mark.parametrize("arn", [
@@ -176,3 +179,51 @@ def test_the_router_and_the_runtime_share_their_sampling_bounds() -> None:
 
     assert schema.MIN_TEMPERATURE == request.MIN_TEMPERATURE
     assert schema.REPETITION_PENALTY == request.REPETITION_PENALTY
+
+
+def test_health_needs_a_caller_and_shows_details_to_operators_only(router) -> None:
+    assert call(event("GET", "/health", arn=None))[0] == 403
+    status, out = call(event("GET", "/health"))
+    assert status == 200 and out == {"status": "ok"}
+    operator = f"arn:aws:iam::{OWN}:role/ops"
+    table = {**TABLE, "operators": [operator]}
+    _, cache = router
+    h.configure(h.Dependencies(RouterSettings(routing_table=table), cache, None))
+    status, out = call(event("GET", "/health", arn=f"arn:aws:sts::{OWN}:assumed-role/ops/s"))
+    assert status == 200 and out["endpoint"] == "lora-test-endpoint" and out["adapters"] == 3
+
+
+def test_an_iam_user_is_not_the_role_of_the_same_name(router, sagemaker) -> None:
+    stub, cache = router
+    routed(cache, sagemaker[0], medical={"tenants": ["clinic-north", "user/clinic-north"]})
+    body = _body()
+    role = f"arn:aws:sts::{OWN}:assumed-role/clinic-north/a"
+    user = f"arn:aws:iam::{OWN}:user/clinic-north"
+    _expect(stub)
+    assert call(event(body=body, arn=role))[1]["cache"] == "miss"
+    _expect(stub)
+    assert call(event(body=body, arn=user))[1]["cache"] == "miss", "the role's cached answer"
+    # A catalog that names only the role does not admit the user.
+    h.configure(h.Dependencies(RouterSettings(routing_table=TABLE), cache, sagemaker[0]))
+    assert call(event(body=_body(), arn=user))[0] == 404
+
+
+def _claiming(arn: str, claim: str) -> dict:
+    ev = event(body=_body(), arn=arn)
+    ev["requestContext"]["authorizer"] = {"claims": {"tenant": claim}}
+    ev["requestContext"]["accountId"] = OWN
+    return ev
+
+
+def test_a_tenant_claim_is_a_name_in_the_callers_own_account(router, sagemaker) -> None:
+    stub, cache = router
+    settings = RouterSettings(routing_table=TABLE, trust_tenant_claim=True)
+    h.configure(h.Dependencies(settings, cache, sagemaker[0]))
+    # This account's caller claiming clinic-north is clinic-north ...
+    _expect(stub)
+    assert call(_claiming(f"arn:aws:sts::{OWN}:assumed-role/app/s", "clinic-north"))[0] == 200
+    # ... another account's is that account's clinic-north, which the catalog does not admit.
+    assert call(_claiming(f"arn:aws:sts::{FOREIGN}:assumed-role/app/s", "clinic-north"))[0] == 404
+    # A claim that is not an IAM name never reaches a Redis key.
+    for claim in ("x:*:\n*", f"{OWN}:clinic-north", "a" * 65, ""):
+        assert call(_claiming(f"arn:aws:sts::{OWN}:assumed-role/app/s", claim))[0] == 403

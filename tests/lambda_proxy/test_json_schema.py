@@ -54,7 +54,7 @@ def test_the_catalogs_default_schema_reaches_the_container(recorder) -> None:
 
 
 def test_a_requests_own_schema_wins_and_is_part_of_the_cache_key(recorder) -> None:
-    body = {"inputs": "same prompt", "parameters": {"max_new_tokens": 16}}
+    body = {"inputs": f"same prompt {uuid.uuid4().hex}", "parameters": {"max_new_tokens": 16}}
     assert call(event(body=body))[1]["cache"] in ("miss", "hit")
     own = {**body, "parameters": {**body["parameters"], "json_schema": OTHER}}
     status, out = call(event(body=own))

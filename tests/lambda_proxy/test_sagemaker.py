@@ -3,51 +3,27 @@ client neither repeats a request that may be generating nor gives up before its 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from lambda_proxy.sagemaker import InvokeError, invoke, make_client
+from tests.fakes import HttpEndpoint
 
 
-class SlowEndpoint:
+class SlowEndpoint(HttpEndpoint):
     """InvokeEndpoint's REST shape: sleeps ``delay`` s per call, throttles the first ``throttle``."""
 
     def __init__(self, delay: float, throttle: int = 0) -> None:
-        self.delay, self.throttle, self.calls = delay, throttle, 0
-        outer = self
+        def respond(calls: int, _body: bytes) -> tuple[int, dict[str, str], bytes]:
+            if calls <= throttle:
+                body = json.dumps({"message": "Rate exceeded"}).encode()
+                return 400, {"x-amzn-ErrorType": "ThrottlingException"}, body
+            time.sleep(delay)
+            return 200, {}, json.dumps({"generated_text": "done", "n": calls}).encode()
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                outer.calls += 1
-                if outer.calls <= outer.throttle:
-                    body = json.dumps({"message": "Rate exceeded"}).encode()
-                    self.send_response(400)
-                    self.send_header("x-amzn-ErrorType", "ThrottlingException")
-                else:
-                    time.sleep(outer.delay)
-                    body = json.dumps({"generated_text": "done", "n": outer.calls}).encode()
-                    self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.wfile.write(body)
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
+        super().__init__(respond)
 
 
 @pytest.fixture

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
 
+import pytest
 from starlette.requests import Request
+from starlette.testclient import TestClient
 
 from lambda_proxy.auth import caller_from_event
 from lambda_proxy.handler import _shape_error
+from lambda_proxy.settings import settings
 from lambda_proxy.web import proxy_event
-from local.gateway import InProcessCache, request_context
+from local.gateway import InProcessCache, LocalGateway, create_app, request_context
+from tests.fakes import HttpEndpoint
 
 
 def test_the_proxy_event_is_one_the_router_accepts_and_names_the_tenant() -> None:
@@ -38,3 +44,70 @@ def test_the_in_process_cache_expires_and_bounds_its_entries() -> None:
     assert cache.get("lora:v1:a:1") is None  # least recently used, over the bound
     assert sorted(cache.scan_iter(match="lora:v1:b:*")) == ["lora:v1:b:1", "lora:v1:b:2"]
     assert cache.delete("lora:v1:b:1", "missing") == 1
+
+
+def _base_answer(_calls: int, _body: bytes) -> tuple[int, dict[str, str], bytes]:
+    """InvokeEndpoint's answer as the base component gives it."""
+    body = {"generated_text": "base says", "finish_reason": "stop", "artifact": None, "usage": {}}
+    return 200, {}, json.dumps(body).encode()
+
+
+@pytest.fixture
+def gateway(tmp_path, monkeypatch):
+    from lambda_proxy import handler
+
+    for name in (
+        "ROUTING_TABLE_FILE",
+        "SAGEMAKER_ENDPOINT_URL",
+        "AWS_REGION",
+        "MAX_NEW_TOKENS_CAP",
+    ):
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+    monkeypatch.setenv("MAX_NEW_TOKENS_CAP", "64")
+    table = tmp_path / "routing_table.json"
+    table.write_text(json.dumps({"endpoint": "local-endpoint", "base_component": "local-base",
+                                 "adapters": {}}))  # fmt: skip
+    endpoint = HttpEndpoint(_base_answer)
+    gw = LocalGateway(routing_table=table, endpoint_url=endpoint.url, runtime_url=endpoint.url,
+                      redis_url=None)  # fmt: skip
+    with TestClient(create_app(gw)) as client:
+        yield client, endpoint
+    endpoint.close()
+    handler.configure(None)
+    settings.cache_clear()
+
+
+def test_the_base_answer_passes_the_routers_checks(gateway) -> None:
+    client, endpoint = gateway
+    ok = client.post("/local/base/generate", json={"inputs": "hi"})
+    assert ok.status_code == 200 and ok.json()["output"] == "base says"
+    sent = json.loads(endpoint.bodies[-1])
+    assert sent["parameters"]["max_new_tokens"] <= 64  # the cap applies
+    for body in ({"inputs": "hi", "parameters": {"max_new_tokens": 100_000}},
+                 {"inputs": "hi", "parameters": {"nope": 1}}, {"prompt": "hi"}):  # fmt: skip
+        r = client.post("/local/base/generate", json=body)
+        assert r.status_code == 400, r.text
+    assert endpoint.calls == 1  # none of them reached the base
+    r = client.post("/local/base/generate", json={"inputs": "hi"},
+                    headers={"X-Local-Tenant": "not a name"})  # fmt: skip
+    assert r.status_code == 400
+
+
+@pytest.mark.parametrize("path", ["/local/base/generate", "/_local/reload",
+                                  "/v1/adapters/x/generate"])  # fmt: skip
+def test_cross_origin_and_non_json_writes_are_refused(gateway, path) -> None:
+    client, endpoint = gateway
+    body = json.dumps({"inputs": "hi"})
+    plain = client.post(path, content=body, headers={"Content-Type": "text/plain"})
+    assert plain.status_code == 415
+    form = client.post(path, data={"inputs": "hi"})
+    assert form.status_code == 415
+    foreign = client.post(path, content=body, headers={"Content-Type": "application/json",
+                                                       "Origin": "https://evil.example"})  # fmt: skip
+    assert foreign.status_code == 403
+    fetch = client.post(path, content=body, headers={"Content-Type": "application/json",
+                                                     "Sec-Fetch-Site": "cross-site"})  # fmt: skip
+    assert fetch.status_code == 403
+    assert not endpoint.calls
+    own = client.post("/_local/reload", json={}, headers={"Origin": "http://testserver"})
+    assert own.status_code == 200

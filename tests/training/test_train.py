@@ -210,6 +210,9 @@ def test_publish_uploads_and_records_artifact_and_sha_in_the_catalog(
     assert s3.calls[0]["ServerSideEncryption"] == "aws:kms"
     entry = next(a for a in load_catalog(catalog).adapters if a.name == NAME)
     assert entry.artifact == uri and entry.sha256 == digest
+    # The weights' digest too: the router compares it with the artifact each answer reports.
+    weights = read_manifest(archive)["files"]["adapter_model.safetensors"]
+    assert entry.weights_sha256 == weights
     text = catalog.read_text()
     assert "# The adapter catalog" in text  # comments survive the write-back
     publish(archive, NAME, ENV, **kw)
