@@ -190,7 +190,12 @@ def _body() -> Any | Failure:
     """The request body as JSON, within the size limit."""
     raw = app.current_event.body or ""
     limit = deps().settings.max_body_bytes
-    if len(raw.encode()) > limit:
+    try:
+        size = len(raw.encode())
+    except UnicodeEncodeError:  # an event whose body string holds a lone surrogate
+        return Failure(400, "invalid request",
+                       details=[{"field": "body", "message": "not valid Unicode"}])  # fmt: skip
+    if size > limit:
         return Failure(413, f"body over the limit of {limit} bytes")
     try:
         return json.loads(raw) if raw else None
@@ -368,9 +373,11 @@ def lookup(prep: Prepared) -> tuple[dict[str, Any] | None, str]:
     return hit, "hit" if hit is not None else "miss"
 
 
-def remember(prep: Prepared, status: str, result: dict[str, Any]) -> None:
-    """Cache a fresh answer when it is what the route names (see ``_served_as_routed``)."""
-    if status == "miss" and _served_as_routed(prep, result):
+def remember(prep: Prepared, status: str, result: dict[str, Any], count: Any = None) -> None:
+    """Cache a fresh answer when it is what the route names (see ``_served_as_routed``).
+    ``count(name)``: how a metric is counted (a stream, outside the handler's lock, passes its
+    own; the handler's buffer belongs to the request being handled)."""
+    if status == "miss" and _served_as_routed(prep, result, count):
         deps().cache.put(prep.key, result)
 
 
@@ -447,7 +454,7 @@ def client_failure(exc: InvokeError) -> Failure:
                    headers={"Retry-After": str(retry)} if retry else None)  # fmt: skip
 
 
-def _served_as_routed(prep: Prepared, result: dict[str, Any]) -> bool:
+def _served_as_routed(prep: Prepared, result: dict[str, Any], count: Any = None) -> bool:
     """Whether the artifact the container reports is the one the key names: the route's name
     and version, and its weights' sha256 where the catalog pins them. During a rollout a
     container may still serve the previous version, and a component may answer from the base
@@ -459,7 +466,10 @@ def _served_as_routed(prep: Prepared, result: dict[str, Any]) -> bool:
             same = artifact.get("sha256") == prep.weights_sha256
         if same:
             return True
-    metrics.add_metric(name="ArtifactMismatch", unit=MetricUnit.Count, value=1)
+    if count is not None:
+        count("ArtifactMismatch")
+    else:
+        metrics.add_metric(name="ArtifactMismatch", unit=MetricUnit.Count, value=1)
     logger.warning("served artifact differs from the route; answer not cached",
                    extra={"adapter": prep.adapter, "routed": prep.version,
                           "weights": prep.weights_sha256, "served": artifact})  # fmt: skip

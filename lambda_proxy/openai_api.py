@@ -59,13 +59,13 @@ class _OpenAIRequest(BaseModel):
     # Clients send many optional fields; the ones below are understood, the rest refused.
     model_config = ConfigDict(extra="forbid")
     model: str = Field(min_length=1, max_length=128)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, strict=True)
+    max_completion_tokens: int | None = Field(default=None, ge=1, strict=True)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     stop: str | list[str] | None = None
     seed: int | None = Field(default=None, ge=0, lt=2**31)
-    stream: bool = False
+    stream: bool = Field(default=False, strict=True)
     stream_options: dict[str, bool] | None = None
     n: int = Field(default=1, ge=1, le=1)
     user: str | None = None

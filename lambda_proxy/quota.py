@@ -19,6 +19,7 @@ ships does atomic multi-limit buckets in Redis.
 
 from __future__ import annotations
 
+import collections
 import math
 import threading
 import time
@@ -35,13 +36,15 @@ BREAKER_S = 5.0
 BYTES_PER_TOKEN = 4
 
 #: KEYS: per limit, a bucket (a hash of ``level`` and ``ts``, ms). ARGV: per limit, its capacity
-#: and this request's cost, then now (ms) and the refill window (ms). Returns 0 when admitted
-#: (every bucket debited), else the ms until the emptiest bucket holds the cost (none debited).
+#: and this request's cost, then now (ms) and the refill window (ms). Returns ``{0, 0}`` when
+#: admitted (every bucket debited), else the ms until the emptiest bucket holds the cost and
+#: that bucket's index (none debited). A bucket stamped later than ``now`` (another clock) keeps
+#: its stamp: time never runs backwards for it.
 _SCRIPT = """
 local n = #KEYS
 local now = tonumber(ARGV[2 * n + 1])
 local window = tonumber(ARGV[2 * n + 2])
-local levels, stamps, wait = {}, {}, 0
+local levels, stamps, wait, worst = {}, {}, 0, 0
 for i = 1, n do
   local cap, cost = tonumber(ARGV[2 * i - 1]), tonumber(ARGV[2 * i])
   local state = redis.call('HMGET', KEYS[i], 'level', 'ts')
@@ -54,18 +57,21 @@ for i = 1, n do
   end
   levels[i], stamps[i] = level, ts
   if level < cost then
-    wait = math.max(wait, math.ceil((cost - level) * window / cap))
+    local need = math.ceil((cost - level) * window / cap)
+    if need > wait then
+      wait, worst = need, i
+    end
   end
 end
 if wait > 0 then
-  return wait
+  return {wait, worst}
 end
 for i = 1, n do
   redis.call('HSET', KEYS[i], 'level', tostring(levels[i] - tonumber(ARGV[2 * i])),
              'ts', tostring(stamps[i]))
   redis.call('PEXPIRE', KEYS[i], window * 2)
 end
-return 0
+return {0, 0}
 """
 
 
@@ -107,29 +113,37 @@ class _Bucket:
 class LocalBuckets:
     """The Lua script's buckets in this process: the fallback while Redis is away."""
 
+    #: Buckets kept; past it the least recently used go (a full bucket is what a forgotten one
+    #: becomes, so dropping an idle tenant's bucket changes nothing for it).
+    MAX_BUCKETS = 100_000
+
     def __init__(self) -> None:
-        self._state: dict[str, tuple[float, float]] = {}
+        self._state: collections.OrderedDict[str, tuple[float, float]] = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def take(self, buckets: list[_Bucket], now: float) -> float:
-        """0 when admitted (all debited), else the seconds until it would be."""
+    def take(self, buckets: list[_Bucket], now: float) -> tuple[float, int]:
+        """``(0, -1)`` when admitted (all debited), else the seconds until it would be and the
+        index of the bucket that decides it."""
         with self._lock:
-            levels, wait = [], 0.0
-            for b in buckets:
+            states, wait, worst = [], 0.0, -1
+            for i, b in enumerate(buckets):
                 level, ts = self._state.get(b.key, (float(b.capacity), now))
                 if now > ts:
-                    level = min(b.capacity, level + (now - ts) * b.capacity / WINDOW_S)
-                levels.append(level)
-                if level < b.cost:
-                    wait = max(wait, (b.cost - level) * WINDOW_S / b.capacity)
+                    level, ts = min(b.capacity, level + (now - ts) * b.capacity / WINDOW_S), now
+                states.append((level, ts))
+                if level < b.cost and (need := (b.cost - level) * WINDOW_S / b.capacity) > wait:
+                    wait, worst = need, i
+            for b in buckets:
+                if b.key in self._state:
+                    self._state.move_to_end(b.key)
             if wait > 0:
-                return wait
-            for b, level in zip(buckets, levels, strict=True):
-                self._state[b.key] = (level - b.cost, now)
-            if len(self._state) > 100_000:  # bound the memory: drop the oldest half
-                for key in list(self._state)[: len(self._state) // 2]:
-                    del self._state[key]
-            return 0.0
+                return wait, worst
+            for b, (level, ts) in zip(buckets, states, strict=True):
+                self._state[b.key] = (level - b.cost, ts)
+                self._state.move_to_end(b.key)
+            while len(self._state) > self.MAX_BUCKETS:
+                self._state.popitem(last=False)
+            return 0.0, -1
 
 
 class Quotas:
@@ -155,13 +169,12 @@ class Quotas:
             return Decision(True)
         if over := [b for b in buckets if b.cost > b.capacity]:
             return Decision(False, limit=", ".join(b.name for b in over), never=True)
-        wait_s = self._ask_redis(buckets, now)
-        enforced = wait_s is not None
-        if wait_s is None:
-            wait_s = self.fallback.take(buckets, now)
+        asked = self._ask_redis(buckets, now)
+        enforced = asked is not None
+        wait_s, worst = asked if asked is not None else self.fallback.take(buckets, now)
         if wait_s <= 0:
             return Decision(True, enforced=enforced)
-        limit = ", ".join(b.name for b in buckets)
+        limit = buckets[worst].name  # the limit that keeps it waiting longest
         return Decision(False, max(1, math.ceil(wait_s)), enforced=enforced, limit=limit)
 
     def _buckets(self, tenant: str, adapter: str, tokens: int,
@@ -180,17 +193,18 @@ class Quotas:
                     out.append(_Bucket(key, int(limit), int(cost), f"{limit} {name}"))
         return out
 
-    def _ask_redis(self, buckets: list[_Bucket], now: float) -> float | None:
-        """Seconds to wait (0: admitted), or None when Redis could not be asked."""
+    def _ask_redis(self, buckets: list[_Bucket], now: float) -> tuple[float, int] | None:
+        """Seconds to wait (0: admitted) and the deciding bucket's index, or None when Redis
+        could not be asked."""
         if self._script is None or time.monotonic() < self._skip_until:
             return None
         args: list[int] = []
         for b in buckets:
             args += [b.capacity, b.cost]
         try:
-            wait_ms = self._script(keys=[b.key for b in buckets],
-                                   args=[*args, int(now * 1000), WINDOW_S * 1000])  # fmt: skip
+            keys = [b.key for b in buckets]
+            wait_ms, worst = self._script(keys=keys, args=[*args, int(now * 1000), WINDOW_S * 1000])
         except redis.RedisError:
             self._skip_until = time.monotonic() + BREAKER_S
             return None
-        return int(wait_ms) / 1000
+        return int(wait_ms) / 1000, int(worst) - 1

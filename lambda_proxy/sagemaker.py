@@ -54,17 +54,19 @@ _ERRORS: dict[str, tuple[int, str]] = {
 }
 
 
-#: Client text for a container's own 4xx (a ModelError's ``OriginalStatusCode``), which passes
-#: through with its status: a client must not retry a request the container will always refuse
-#: (the official ``openai`` client retries every 5xx, and each try is charged to the quota).
-_CONTAINER_4XX: dict[int, str] = {
+#: Client text for the container's own statuses that describe the request or a moment of load
+#: (a ModelError's ``OriginalStatusCode``), which pass through with their status: a client must
+#: not retry a request the container will always refuse (the official ``openai`` client retries
+#: every 5xx, and each try is charged to the quota), and should back off when it is busy. Any
+#: other status (a 404 or 424 for an adapter the container could not load is a deployment
+#: fault, not the caller's) is a 502, which the router's 5xx alarm sees.
+_CONTAINER_STATUSES: dict[int, str] = {
     400: "the model container refused the request as invalid",
-    404: "the model container does not know the adapter",
     408: "the model container timed out reading the request",
     413: "the request is too large for the model (prompt plus max_new_tokens)",
     422: "the model container could not process the request",
-    424: "the adapter could not be loaded by the model container",
     429: "the model container is at capacity; retry shortly",
+    503: "the model container is busy; retry shortly",
 }
 
 
@@ -83,11 +85,10 @@ class InvokeError(Exception):
 
 def container_error(status: int, detail: str = "") -> InvokeError:
     """A container's own error (a ModelError, or an error line in its stream), as the client
-    sees it: a 4xx keeps its status, anything else is a 502."""
-    if 400 <= status < 500:
-        text = _CONTAINER_4XX.get(status, "the model container refused the request")
-        return InvokeError(status, text, "ModelError", detail)
-    return InvokeError(502, _ERRORS["ModelError"][1], "ModelError", detail)
+    sees it: the statuses above keep theirs, anything else is a 502."""
+    if status in _CONTAINER_STATUSES:
+        return InvokeError(status, _CONTAINER_STATUSES[status], "ModelError", detail)
+    return InvokeError(502, _ERRORS["ModelError"][1], "ModelError", f"status {status}: {detail}")
 
 
 def make_client(endpoint_url: str | None, region: str | None, deadline_s: float) -> Any:

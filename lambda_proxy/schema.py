@@ -59,7 +59,7 @@ def _depth(node: Any, level: int = 0) -> int:
 
 class Parameters(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    max_new_tokens: int = Field(default=128, ge=1)
+    max_new_tokens: int = Field(default=128, ge=1, strict=True)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=0, le=1000)
@@ -86,7 +86,10 @@ class Parameters(BaseModel):
     def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         if v is None:
             return v
-        encodable(json.dumps(v, separators=(",", ":"), ensure_ascii=False))
+        try:  # NaN and Infinity are not JSON: nothing downstream must guess what they mean
+            encodable(json.dumps(v, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
+        except ValueError as exc:
+            raise ValueError(f"is not a JSON document: {exc}") from None
         size = len(json.dumps(v, separators=(",", ":")).encode())
         if size > MAX_SCHEMA_BYTES:
             raise ValueError(f"is {size} bytes, over the limit of {MAX_SCHEMA_BYTES}")
@@ -127,7 +130,7 @@ class GenerateRequest(BaseModel):
     inputs: Text | None = Field(default=None, min_length=1)
     messages: list[Message] | None = Field(default=None, min_length=1, max_length=64)
     parameters: Parameters = Field(default_factory=Parameters)
-    stream: bool = False
+    stream: bool = Field(default=False, strict=True)
 
     @model_validator(mode="after")
     def _one_prompt(self, info: ValidationInfo) -> GenerateRequest:

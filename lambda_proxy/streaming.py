@@ -210,7 +210,7 @@ class Stream:
                     return
                 model_ms = (time.perf_counter() - t_model) * 1000
                 _count("ModelLatency", model_ms, MetricUnit.Milliseconds)
-                handler.remember(plan.prep, plan.status, item)
+                handler.remember(plan.prep, plan.status, item, count=_count)
                 yield from fmt.done(item, model_ms)
                 return
 

@@ -452,17 +452,26 @@ class ApiGateway:
                                latency_ms=round((time.perf_counter() - t0) * 1000, 1))  # fmt: skip
 
 
+#: The names a request to this loopback gateway may carry in ``Host``.
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
+
+
 def _unsafe_write(scope: dict[str, Any]) -> JSONResponse | None:
-    """A write another web page could make: the gateway answers on loopback with an identity of
-    its own (no SigV4), so any page the developer opens could post to it. A browser sends a
-    cross-origin ``text/plain`` or form post without a preflight; it cannot send a JSON one
-    without CORS approval, which this gateway never gives. So a write must be JSON, and one
-    that names a foreign origin (``Origin``, or ``Sec-Fetch-Site``) is refused."""
+    """A request another web page could make: the gateway answers on loopback with an identity
+    of its own (no SigV4), so any page the developer opens could call it. A page that rebinds
+    its own name to 127.0.0.1 reaches it with its own name in ``Host``, so every request must
+    name a loopback host. A browser sends a cross-origin ``text/plain`` or form post without a
+    preflight; it cannot send a JSON one without CORS approval, which this gateway never gives.
+    So a write must be JSON, and one that names a foreign origin (``Origin``, or
+    ``Sec-Fetch-Site``) is refused."""
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    host = headers.get("host", "")
+    if host.rsplit(":", 1)[0] not in LOOPBACK_HOSTS and host not in LOOPBACK_HOSTS:
+        return JSONResponse({"error": f"this gateway answers only on loopback, not {host[:64]!r}",
+                             "status": 403}, status_code=403)  # fmt: skip
     if scope["method"] not in ("POST", "PUT", "PATCH", "DELETE"):
         return None
-    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     origin = headers.get("origin")
-    host = headers.get("host", "")
     if headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none") or (
         origin is not None and origin.split("://", 1)[-1] != host
     ):

@@ -52,6 +52,11 @@ def _body() -> dict[str, Any]:
         ("ModelError", 424, {"OriginalStatusCode": 413, "OriginalMessage": HOSTILE}, 413),
         ("ModelError", 424, {"OriginalStatusCode": 400, "OriginalMessage": HOSTILE}, 400),
         ("ModelError", 424, {"OriginalStatusCode": 500, "OriginalMessage": HOSTILE}, 502),
+        # Busy: passed through, with Retry-After, so a client backs off.
+        ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": HOSTILE}, 503),
+        # An adapter the container could not load is the deployment's fault: a 5xx.
+        ("ModelError", 424, {"OriginalStatusCode": 424, "OriginalMessage": HOSTILE}, 502),
+        ("ModelError", 424, {"OriginalStatusCode": 404, "OriginalMessage": HOSTILE}, 502),
         ("ModelError", 424, {"LogStreamArn": "arn:aws:logs:us-east-1:123456789012:x"}, 502),
         ("ValidationError", 400, {}, 400),
         ("ModelNotReadyException", 429, {}, 503),
@@ -215,4 +220,21 @@ def test_an_answer_is_cached_only_from_the_weights_the_catalog_pins(redis_client
     )
     _configure(redis_client, fake, table)
     assert call(event(body=body))[1]["cache"] == "miss" and fake.calls == 4
+    h.configure(None)
+
+
+def test_a_streams_artifact_mismatch_is_counted_on_its_own_not_in_the_next_requests_metrics(
+    redis_client, monkeypatch
+) -> None:
+    from lambda_proxy import streaming
+
+    counted: list[str] = []
+    monkeypatch.setattr(streaming, "_count", lambda name, *a, **k: counted.append(name))
+    _configure(redis_client, Answers())
+    prep = h.Prepared("public", "2.0.0", "c", {}, f"k-{uuid.uuid4().hex}", True)
+    stale = {"generated_text": "x", "finish_reason": "stop",
+             "artifact": {"name": "public", "version": "1.9.9"}}  # fmt: skip
+    h.remember(prep, "miss", stale, count=streaming._count)
+    assert counted == ["ArtifactMismatch"]
+    assert "ArtifactMismatch" not in h.metrics.metric_set
     h.configure(None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import uuid
@@ -253,3 +254,20 @@ def test_conflicting_openai_token_limits_are_refused(router) -> None:
     stub, _ = router
     _expect(stub)
     assert call(_chat(max_tokens=8, max_completion_tokens=8))[0] == 200
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"inputs": "x", "stream": "true"}, {"inputs": "x", "stream": 1},
+     {"inputs": "x", "parameters": {"max_new_tokens": True}},
+     {"inputs": "x", "parameters": {"json_schema": {"type": "object", "maximum": float("nan")}}}],
+)  # fmt: skip
+def test_loose_types_and_non_json_numbers_are_a_400(router, body) -> None:
+    status, out = call(event(body=json.dumps(body)))
+    assert status == 400, out
+
+
+def test_an_event_body_with_a_raw_lone_surrogate_is_a_400(router) -> None:
+    ev = event(body='{"inputs": "a' + chr(0xD800) + '"}')  # the raw character, no escape
+    status, out = call(ev)
+    assert status == 400, out

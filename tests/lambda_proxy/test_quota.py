@@ -166,3 +166,21 @@ def test_with_redis_down_a_tenant_over_its_fallback_limit_gets_429_others_are_se
     elapsed = time.perf_counter() - t0
     assert elapsed < 1.5, f"a dead Redis cost {elapsed:.2f} s over four requests"
     h.configure(None)
+
+
+def test_the_429_names_the_limit_that_ran_out(redis_client) -> None:
+    quotas = Quotas(redis_client, Limits(requests_per_minute=1, tokens_per_minute=1000))
+    tenant = _tenant()
+    assert quotas.check(tenant, "a", 10, now=NOW).allowed
+    refused = quotas.check(tenant, "a", 10, now=NOW)
+    assert refused.limit == "1 requests per minute", refused
+
+
+def test_the_fallback_never_refills_the_same_time_twice() -> None:
+    """Timestamps out of order (two clocks): the bucket keeps its later stamp, as the Lua
+    script does, instead of refilling the interval again."""
+    quotas = Quotas(None, Limits(tokens_per_minute=10))
+    tenant = _tenant()
+    assert quotas.check(tenant, "a", 5, now=NOW + 60).allowed
+    assert quotas.check(tenant, "a", 5, now=NOW).allowed
+    assert not quotas.check(tenant, "a", 10, now=NOW + 60).allowed

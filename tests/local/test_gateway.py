@@ -70,7 +70,7 @@ def gateway(tmp_path, monkeypatch):
     endpoint = HttpEndpoint(_base_answer)
     gw = LocalGateway(routing_table=table, endpoint_url=endpoint.url, runtime_url=endpoint.url,
                       redis_url=None)  # fmt: skip
-    with TestClient(create_app(gw)) as client:
+    with TestClient(create_app(gw), base_url="http://127.0.0.1:8000") as client:
         yield client, endpoint
     endpoint.close()
     handler.configure(None)
@@ -109,5 +109,21 @@ def test_cross_origin_and_non_json_writes_are_refused(gateway, path) -> None:
                                                      "Sec-Fetch-Site": "cross-site"})  # fmt: skip
     assert fetch.status_code == 403
     assert not endpoint.calls
-    own = client.post("/_local/reload", json={}, headers={"Origin": "http://testserver"})
+    own = client.post("/_local/reload", json={}, headers={"Origin": "http://127.0.0.1:8000"})
     assert own.status_code == 200
+
+
+def test_a_page_that_rebinds_its_name_to_loopback_is_refused(gateway) -> None:
+    client, endpoint = gateway
+    rebound = {
+        "Host": "rebind.attacker.example:8000",
+        "Origin": "http://rebind.attacker.example:8000",
+    }
+    assert client.get("/local/catalog", headers=rebound).status_code == 403
+    assert (
+        client.post("/local/base/generate", json={"inputs": "hi"}, headers=rebound).status_code
+        == 403
+    )
+    assert not endpoint.calls
+    for host in ("127.0.0.1:8000", "localhost:8000", "[::1]:8000"):
+        assert client.get("/local/catalog", headers={"Host": host}).status_code == 200
