@@ -10,6 +10,7 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from config import Deployment
+from infra.adapters import artifact_bucket_name
 from infra.nag import acknowledge, checkov_skip
 
 INTERFACE_ENDPOINTS = {
@@ -63,7 +64,11 @@ class Network(Construct):
             "EC2 API when the VPC is created, before any endpoint exists inside it.",
         )
         self.subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
-        self.vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3)
+        self.s3_endpoint = self.vpc.add_gateway_endpoint(
+            "S3", service=ec2.GatewayVpcEndpointAwsService.S3
+        )
+        for statement in s3_endpoint_statements(Stack.of(self), model_buckets(dep)):
+            self.s3_endpoint.add_to_policy(statement)
 
         # Who talks to whom: the router to the cache and to the endpoints; SageMaker to endpoints.
         self.router_sg = ec2.SecurityGroup(
@@ -119,7 +124,48 @@ class Network(Construct):
                 private_dns_enabled=True,
                 security_groups=[self.endpoints_sg],
                 subnets=self.subnets,
+                # aws-cdk-lib's InterfaceVpcEndpointOptions.open: "If enabled, all traffic to
+                # the endpoint from within the VPC will be automatically allowed ... based on
+                # the VPC's CIDR range. @default true". Only the router and SageMaker groups
+                # get in (the ingress rules above).
+                open=False,
             )
+
+
+def model_buckets(dep: Deployment) -> list[str]:
+    """Every bucket SageMaker reads model data from: the environment's artifact bucket, and any
+    other that the catalog's base ``model_data`` or an adapter's ``artifact`` names."""
+    uris = [dep.base.model_data, *(a.entry.artifact for a in dep.adapters)]
+    others = {u.removeprefix("s3://").split("/", 1)[0] for u in uris if u}
+    return [artifact_bucket_name(dep), *sorted(others - {artifact_bucket_name(dep)})]
+
+
+def s3_endpoint_statements(stack: Stack, buckets: list[str]) -> list[iam.PolicyStatement]:
+    """What the isolated subnets may reach in S3: the model buckets (model data and adapter
+    archives, which SageMaker reads through the VPC) and the bucket ECR serves image layers
+    from. ECR's user guide, "Amazon ECR interface VPC endpoints": the layers are in
+    ``arn:aws:s3:::prod-region-starport-layer-bucket/*``, and its minimal gateway-endpoint
+    policy allows ``s3:GetObject`` on it for any principal (the principals' own policies still
+    apply)."""
+    partition, region = stack.partition, stack.region
+    return [
+        iam.PolicyStatement(
+            sid="ModelBuckets",
+            principals=[iam.AnyPrincipal()],
+            actions=["s3:GetObject", "s3:ListBucket"],
+            resources=[
+                arn
+                for b in buckets
+                for arn in (f"arn:{partition}:s3:::{b}", f"arn:{partition}:s3:::{b}/*")
+            ],
+        ),
+        iam.PolicyStatement(
+            sid="EcrImageLayers",
+            principals=[iam.AnyPrincipal()],
+            actions=["s3:GetObject"],
+            resources=[f"arn:{partition}:s3:::prod-{region}-starport-layer-bucket/*"],
+        ),
+    ]
 
 
 DEPLOY_TIME_ONLY = (

@@ -104,9 +104,12 @@ class Router(Construct):
             description=f"{env.prefix}: router Lambda",
         )
         self.policy = router_policy(
-            self, stack, dep, key=key, log_group=self.log_group, secret_arn=cache_secret_arn
+            self, stack, key=key, log_group=self.log_group, secret_arn=cache_secret_arn
         )
         self.role.add_managed_policy(self.policy)
+        self.invoke_policies = invoke_policies(self, stack, dep)
+        for invoke in self.invoke_policies:
+            self.role.add_managed_policy(invoke)
 
         code_dir, code_hash = router_bundle(dep.routing_table())
         self.function = lambda_.Function(
@@ -154,7 +157,7 @@ class Router(Construct):
                    for k, v in r.quota.model_dump(exclude_none=True).items()},
             },
         )  # fmt: skip
-        self.function.node.add_dependency(self.policy)
+        self.function.node.add_dependency(self.policy, *self.invoke_policies)
         synchronous = (
             "Invoked synchronously by API Gateway only; a dead-letter queue applies to "
             "asynchronous invocations, and failures are returned to the caller."
@@ -356,31 +359,56 @@ def web_acl(scope: Construct, prefix: str, rate_limit: int) -> wafv2.CfnWebACL:
     )
 
 
+#: Adapter component ARNs per managed policy: IAM's 6,144-character limit on a managed
+#: policy (IAM user guide, "IAM and AWS STS quotas") holds about 50 such ARNs; 40 leaves room.
+COMPONENTS_PER_POLICY = 40
+
+
+def invoke_policies(scope: Construct, stack: Stack, dep: Deployment) -> list[iam.ManagedPolicy]:
+    """Invoke this endpoint's adapter components, by name as the routing table lists them: a
+    ``PREFIX-*`` pattern would also cover the base component and every environment whose prefix
+    extends this one. The routing table ships in this stack, so a new catalog entry redeploys
+    both together. One policy per ``COMPONENTS_PER_POLICY`` adapters (a role takes 10 managed
+    policies by default)."""
+    endpoint = stack.format_arn(service="sagemaker", resource="endpoint",
+                                resource_name=dep.endpoint_name)  # fmt: skip
+    arns = [stack.format_arn(service="sagemaker", resource="inference-component",
+                             resource_name=a.component_name) for a in dep.adapters]  # fmt: skip
+    chunks = [arns[i : i + COMPONENTS_PER_POLICY]
+              for i in range(0, len(arns), COMPONENTS_PER_POLICY)] or [[]]  # fmt: skip
+    return [
+        iam.ManagedPolicy(
+            scope,
+            "InvokePolicy" if i == 0 else f"InvokePolicy{i + 1}",
+            statements=[
+                iam.PolicyStatement(
+                    sid="InvokeThisEndpointsAdapterComponents",
+                    actions=[
+                        "sagemaker:InvokeEndpoint",
+                        "sagemaker:InvokeEndpointWithResponseStream",
+                    ],
+                    resources=[endpoint, *chunk],
+                )
+            ],
+        )
+        for i, chunk in enumerate(chunks)
+    ]
+
+
 def router_policy(
     scope: Construct,
     stack: Stack,
-    dep: Deployment,
     *,
     key: kms.IKey,
     log_group: logs.ILogGroup,
     secret_arn: str,
 ) -> iam.ManagedPolicy:
-    """Invoke this endpoint and its components; read the cache secret; write its own logs."""
+    """Read the cache secret; write its own logs; trace; attach to the VPC."""
     region = stack.region
-
-    def sagemaker(resource: str, name: str) -> str:
-        return stack.format_arn(service="sagemaker", resource=resource, resource_name=name)
-
-    component_pattern = sagemaker("inference-component", f"{dep.env.prefix}-*")
     policy = iam.ManagedPolicy(
         scope,
         "Policy",
         statements=[
-            iam.PolicyStatement(
-                sid="InvokeThisEndpointAndItsComponents",
-                actions=["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"],
-                resources=[sagemaker("endpoint", dep.endpoint_name), component_pattern],
-            ),
             iam.PolicyStatement(
                 sid="ReadCacheToken",
                 actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
@@ -401,11 +429,14 @@ def router_policy(
                 actions=["xray:PutTraceSegments", "xray:PutTelemetryRecords"],
                 resources=["*"],
             ),
+            # The EC2 actions of AWS's managed AWSLambdaVPCAccessExecutionRole (version 3,
+            # January 2024, AWS managed policy reference), which added ec2:DescribeSubnets.
             iam.PolicyStatement(
                 sid="VpcNetworkInterfaces",
                 actions=[
                     "ec2:CreateNetworkInterface",
                     "ec2:DescribeNetworkInterfaces",
+                    "ec2:DescribeSubnets",
                     "ec2:DeleteNetworkInterface",
                     "ec2:AssignPrivateIpAddresses",
                     "ec2:UnassignPrivateIpAddresses",
@@ -420,12 +451,5 @@ def router_policy(
         "AwsSolutions-IAM5[Resource::*]",
         "X-Ray's PutTraceSegments/PutTelemetryRecords and the ENI calls Lambda makes for a VPC "
         "function have no resource-level form; the ENI calls are limited to this region.",
-    )
-    acknowledge(
-        policy,
-        f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sagemaker:{region}:<AWS::AccountId>:"
-        f"inference-component/{dep.env.prefix}-*]",
-        "The endpoint's inference components: one per catalog entry, all named with this "
-        "environment's prefix, added by committing an entry without touching this role.",
     )
     return policy

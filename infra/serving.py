@@ -170,7 +170,7 @@ class Serving(Construct):
         self.role = iam.Role(
             self,
             "ExecutionRole",
-            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            assumed_by=sagemaker_principal(stack),
             description=f"{env.prefix}: SageMaker endpoint execution role",
         )
         self.image = Image(self, dep)
@@ -282,6 +282,16 @@ class Serving(Construct):
                  {"InferenceComponentName": self.base_component_name}),
             )
         ]  # fmt: skip
+        # AWS's deployment-guardrails page: "Ensure that your IAM execution role has permission
+        # to perform the cloudwatch:DescribeAlarms action on the auto-rollback alarms you
+        # specify." Without it a rollout fails or loses its rollback.
+        self.policy.add_statements(
+            iam.PolicyStatement(
+                sid="ReadRollbackAlarms",
+                actions=["cloudwatch:DescribeAlarms"],
+                resources=[a.alarm_arn for a in self.rollback_alarms],
+            )
+        )
         for alarm in self.rollback_alarms:
             for finding in ("HIPAA.Security-CloudWatchAlarmAction",
                             "NIST.800.53.R5-CloudWatchAlarmAction"):  # fmt: skip
@@ -345,13 +355,41 @@ class Serving(Construct):
             scalable_dimension="sagemaker:inference-component:DesiredCopyCount",
             min_capacity=s.base_copies,
             max_capacity=s.max_base_copies,
-        )
+            # Application Auto Scaling acts for SageMaker through its service-linked role
+            # (user guide, "Amazon SageMaker AI and Application Auto Scaling"); without a role
+            # here CDK would create one that nothing uses. CloudFormation's ScalableTarget
+            # schema: "To automatically create a service-linked role (recommended), specify the
+            # full ARN of the service-linked role in your stack template."
+            role=iam.Role.from_role_arn(
+                self, "AutoScalingServiceLinkedRole", autoscaling_service_linked_role(stack),
+                mutable=False,
+            ),
+        )  # fmt: skip
         target.node.add_dependency(self.base_component)
         target.scale_to_track_metric(
             "ConcurrentRequestsPerCopy",
             target_value=float(s.max_batch_size),
             predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_INFERENCE_COMPONENT_CONCURRENT_REQUESTS_PER_COPY_HIGH_RESOLUTION,
         )
+
+
+def sagemaker_principal(stack: Stack) -> iam.IPrincipal:
+    """SageMaker, acting for this account and region only. The confused-deputy page of
+    SageMaker's developer guide, for real-time inference: ``"ArnLike": {"aws:SourceArn":
+    "arn:aws:sagemaker:REGION:ACCOUNT:*"}`` ("you do not need to specify an aws:SourceAccount
+    value", since the account is in the ARN; the asterisk is required as written)."""
+    source = f"arn:{stack.partition}:sagemaker:{stack.region}:{stack.account}:*"
+    return iam.ServicePrincipal("sagemaker.amazonaws.com").with_conditions(
+        {"ArnLike": {"aws:SourceArn": source}}
+    )
+
+
+def autoscaling_service_linked_role(stack: Stack) -> str:
+    return (
+        f"arn:{stack.partition}:iam::{stack.account}:role/aws-service-role/"
+        "sagemaker.application-autoscaling.amazonaws.com/"
+        "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
+    )
 
 
 def rollout_timeout_s(dep: Deployment) -> int:
@@ -406,9 +444,12 @@ def execution_policy(
             iam.PolicyStatement(
                 sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]
             ),
+            # No logs:CreateLogGroup: the groups are created (encrypted, with retention) by the
+            # stack before any component runs, and with it SageMaker would create a group again
+            # while the stack deletes it, leaving a group a recreate of the stack collides with.
             iam.PolicyStatement(
                 sid="ContainerLogs",
-                actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
                 resources=[
                     stack.format_arn(
                         service="logs",

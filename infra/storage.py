@@ -22,6 +22,10 @@ class Storage(Construct):
     def __init__(self, scope: Construct, id: str, *, dep: Deployment) -> None:
         super().__init__(scope, id)
         removal = removal_policy(dep.env)
+        # An environment that does not protect its data is deleted with its stack, objects and
+        # images included: a versioned bucket that still holds objects fails the deletion
+        # (DELETE_FAILED) however its removal policy reads.
+        disposable = not dep.env.deletion_protection
         self.key = kms.Key(
             self,
             "DataKey",
@@ -57,7 +61,7 @@ class Storage(Construct):
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(365))],
             removal_policy=removal,
-            auto_delete_objects=False,
+            auto_delete_objects=disposable,
         )
         checkov_skip(
             self.access_logs.node.default_child,
@@ -88,7 +92,24 @@ class Storage(Construct):
             server_access_logs_bucket=self.access_logs,
             server_access_logs_prefix="artifacts/",
             removal_policy=removal,
+            auto_delete_objects=disposable,
         )
+        if disposable:
+            # CDK's provider that empties the buckets when the stack is deleted.
+            provider = Stack.of(self).node.find_child(
+                "Custom::S3AutoDeleteObjectsCustomResourceProvider"
+            )
+            checkov_skip(
+                provider.node.find_child("Handler"),
+                CKV_AWS_115="Runs only while CloudFormation deletes a bucket of an environment "
+                "without deletion protection, so it cannot exhaust the account's concurrency; "
+                "reserving some would take from the router.",
+                CKV_AWS_116="Invoked synchronously by CloudFormation, which reports its failure "
+                "on the stack; there is no asynchronous event to dead-letter.",
+                CKV_AWS_117="It calls S3's API to empty the buckets while the stack is deleted, "
+                "when this environment's VPC (a later stack) may already be gone, so it runs "
+                "outside the VPC; it touches only this stack's buckets.",
+            )
         for bucket in (self.artifacts, self.access_logs):
             for finding in (
                 "HIPAA.Security-S3BucketReplicationEnabled",
@@ -115,4 +136,7 @@ class Storage(Construct):
             encryption=ecr.RepositoryEncryption.KMS,
             encryption_key=self.key,
             removal_policy=removal,
+            # AWS::ECR::Repository's EmptyOnDelete: a repository that still holds images would
+            # otherwise fail the stack's deletion like a non-empty bucket.
+            empty_on_delete=disposable,
         )

@@ -83,13 +83,8 @@ REVIEWED: dict[tuple[str, str], tuple[str, ...]] = {
     # Synchronous invocations only: no DLQ.
     ("PREFIX-router/Router/Function", "HIPAA.Security-LambdaDLQ"): ALL,
     ("PREFIX-router/Router/Function", "NIST.800.53.R5-LambdaDLQ"): ALL,
-    # Wildcard resources: X-Ray / ENI (no resource form) and this environment's components.
+    # Wildcard resources: X-Ray / ENI (no resource form).
     (ROUTER_POLICY, "AwsSolutions-IAM5[Resource::*]"): ALL,
-    (
-        ROUTER_POLICY,
-        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sagemaker:us-east-1:"
-        "<AWS::AccountId>:inference-component/PREFIX-*]",
-    ): ALL,
     (SERVING_POLICY, "AwsSolutions-IAM5[Resource::*]"): ALL,
     (
         SERVING_POLICY,

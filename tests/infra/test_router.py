@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from tests.infra.conftest import resources
+from tests.infra.conftest import resolve, resources
 
 pytestmark = pytest.mark.synth
 
@@ -104,3 +106,47 @@ def test_streams_that_fail_after_their_200_are_alarmed(dev_templates) -> None:
     assert stream["Namespace"] == NAMESPACE
     assert stream["Dimensions"] == [{"Name": "service", "Value": SERVICE}]
     assert stream["AlarmActions"] and stream["Statistic"] == "Sum"
+
+
+def _router_statements(template: dict) -> list[dict]:
+    return [s for p in resources(template, "AWS::IAM::ManagedPolicy").values()
+            for s in p["Properties"]["PolicyDocument"]["Statement"]]  # fmt: skip
+
+
+def test_the_router_invokes_only_the_adapter_components(dev_templates) -> None:
+    """Not ``inference-component/PREFIX-*``: that covers the base component and any
+    environment whose prefix extends this one (``lora-dev-eu``)."""
+    from config import load_deployment
+
+    dep = load_deployment("dev")
+    statements = _router_statements(dev_templates["lora-dev-router"])
+    invoke = [s for s in statements if "sagemaker:InvokeEndpoint" in s["Action"]]
+    arns = {resolve(r) for s in invoke for r in s["Resource"]}
+    prefix = "arn:aws:sagemaker:us-east-1:123456789012:"
+    assert arns == {f"{prefix}endpoint/{dep.endpoint_name}",
+                    *(f"{prefix}inference-component/{a.component_name}" for a in dep.adapters)}  # fmt: skip
+    assert not any("*" in a or a.endswith(f"/{dep.base_component_name}") for a in arns)
+
+
+def test_many_adapters_split_the_invoke_permissions_across_policies() -> None:
+    from aws_cdk import App, Stack
+
+    from config import load_deployment
+    from infra.router import COMPONENTS_PER_POLICY, invoke_policies
+
+    dep = load_deployment("dev")
+    many = dep.adapters * (COMPONENTS_PER_POLICY // len(dep.adapters) + 2)
+    stack = Stack(App(), "s")
+    policies = invoke_policies(stack, stack, dataclasses.replace(dep, adapters=many))
+    assert len(policies) == 2
+
+
+def test_the_routers_vpc_permissions_match_awss_managed_policy(dev_templates) -> None:
+    """AWSLambdaVPCAccessExecutionRole, version 3 (January 2024), added ec2:DescribeSubnets."""
+    statements = _router_statements(dev_templates["lora-dev-router"])
+    (vpc,) = [s for s in statements if s.get("Sid") == "VpcNetworkInterfaces"]
+    assert set(vpc["Action"]) == {
+        "ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets",
+        "ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses",
+        "ec2:UnassignPrivateIpAddresses",
+    }  # fmt: skip

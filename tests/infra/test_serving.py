@@ -215,3 +215,48 @@ def test_the_dashboards_log_metrics_read_events_the_runtime_writes(dev_templates
     assert events == {"adapter_load", "adapter_evict"}
     for event in events:
         assert f'"{event}"' in engine, event
+
+
+def _role(templates: dict) -> dict:
+    (role,) = [r["Properties"] for lid, r in
+               resources(templates["lora-dev-serving"], "AWS::IAM::Role").items()
+               if "ExecutionRole" in lid]  # fmt: skip
+    return role
+
+
+def test_the_execution_role_reads_its_rollback_alarms_and_creates_no_log_group(
+    dev_templates,
+) -> None:
+    statements = _policy_statements(dev_templates)
+    (alarms,) = [s for s in statements if s.get("Sid") == "ReadRollbackAlarms"]
+    assert alarms["Action"] == "cloudwatch:DescribeAlarms"
+    targets = {r["Fn::GetAtt"][0] for r in alarms["Resource"]}
+    template = dev_templates["lora-dev-serving"]
+    (component,) = [r["Properties"] for r in
+                    resources(template, "AWS::SageMaker::InferenceComponent").values()]  # fmt: skip
+    rollback = component["DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]
+    assert targets == {a["AlarmName"]["Ref"] for a in rollback}  # the same alarms
+    actions = {a for s in statements for a in
+               ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}  # fmt: skip
+    assert "logs:CreateLogGroup" not in actions  # the stack creates the groups
+
+
+def test_sagemaker_assumes_the_execution_role_only_for_this_account_and_region(
+    dev_templates,
+) -> None:
+    (statement,) = _role(dev_templates)["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+    source = resolve(statement["Condition"]["ArnLike"]["aws:SourceArn"])
+    assert source == "arn:aws:sagemaker:us-east-1:123456789012:*"
+
+
+def test_copy_scaling_uses_application_auto_scalings_service_linked_role(dev_templates) -> None:
+    template = dev_templates["lora-dev-serving"]
+    (target,) = resources(template, "AWS::ApplicationAutoScaling::ScalableTarget").values()
+    assert resolve(target["Properties"]["RoleARN"]) == (
+        "arn:aws:iam::123456789012:role/aws-service-role/"
+        "sagemaker.application-autoscaling.amazonaws.com/"
+        "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
+    )
+    roles = resources(template, "AWS::IAM::Role")
+    assert [lid for lid in roles if "ExecutionRole" not in lid] == [], "a role nothing uses"

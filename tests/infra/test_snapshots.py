@@ -87,6 +87,15 @@ def test_one_new_catalog_entry_adds_one_component_and_one_route_and_nothing_else
                                     "AWS::Lambda::Alias")}  # fmt: skip
     old_router = {("lora-dev-router", rid) for rid, r in before["lora-dev-router"]["Resources"].items()
                   if r["Type"] == "AWS::Lambda::Version"}  # fmt: skip
+    # The router's role may invoke the new component by name (and only the adapter components).
+    invoke = {("lora-dev-router", rid) for rid in after["lora-dev-router"]["Resources"]
+              if rid.startswith("RouterInvokePolicy")}  # fmt: skip
+    for k in invoke & set(changed):
+        (before_statement,) = old[k]["Properties"]["PolicyDocument"]["Statement"]
+        (after_statement,) = new[k]["Properties"]["PolicyDocument"]["Statement"]
+        grown = [r for r in after_statement["Resource"] if r not in before_statement["Resource"]]
+        assert len(grown) == 1 and "lora-dev-contracts-summary" in json.dumps(grown)
+    router_only |= invoke
     assert set(added) - set(components) <= router_only
     # An empty shard's placeholder goes when its first component arrives.
     placeholder = {(shard_stack, rid) for rid, r in before[shard_stack]["Resources"].items()
