@@ -7,6 +7,7 @@ is the only place that reads the YAML files.
 
 from __future__ import annotations
 
+import math
 import re
 from enum import StrEnum
 from typing import Literal
@@ -361,6 +362,11 @@ class Engine(StrEnum):
     runtime = "runtime"
 
 
+#: A rolling update of the base component replaces this share of its copies per batch
+#: (infra/serving.py; SageMaker takes 5 to 50%).
+ROLLOUT_BATCH_PERCENT = 50
+
+
 class ServingConfig(_Strict):
     instance_type: str = Field(pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
     initial_instance_count: int = Field(default=1, ge=1)
@@ -389,7 +395,27 @@ class ServingConfig(_Strict):
             raise ValueError("min_instance_count exceeds max_instance_count")
         if self.base_copies > self.max_base_copies:
             raise ValueError("base_copies exceeds max_base_copies")
+        if (needed := self.instances_for_a_rollout()) > self.max_instance_count:
+            raise ValueError(
+                f"max_instance_count {self.max_instance_count} leaves no room for a rolling "
+                f"update at max_base_copies {self.max_base_copies}: SageMaker provisions each "
+                f"batch ({ROLLOUT_BATCH_PERCENT}% of the copies) before it retires the old one "
+                "(InferenceComponentRollingUpdatePolicy.MaximumBatchSize), so the update would "
+                f"run to its timeout and roll back; raise serving.max_instance_count to {needed}"
+            )
         return self
+
+    def instances_for_a_rollout(self) -> int:
+        """Instances the largest rolling update needs: every copy at ``max_base_copies`` plus
+        one batch of new ones, at as many copies per instance as its accelerators allow."""
+        from config.plan import DEVICES  # config.plan imports this module
+
+        device = DEVICES.get(self.instance_type)
+        if self.accelerators == 0 or device is None:
+            return 0  # CPU copies share an instance; an unknown type is the planner's to refuse
+        per_instance = max(1, device[2] // self.accelerators)
+        batch = math.ceil(self.max_base_copies * ROLLOUT_BATCH_PERCENT / 100)
+        return math.ceil((self.max_base_copies + batch) / per_instance)
 
 
 class CacheConfig(_Strict):

@@ -55,6 +55,33 @@ STABLE = {"CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE", "IMP
 STEPS = ("stacks", "image", "weights", "adapters", "deploy", "smoke")
 
 
+def comparable(template: dict[str, Any]) -> dict[str, Any]:
+    """A template without what says where it was synthesized rather than what it deploys: each
+    resource's ``Metadata`` (``aws:cdk:path``, which CDK Pipelines prefixes with its stage, and
+    the scanners' notes), and the ``AWS::CDK::Metadata`` resource with its condition, which the
+    CLI adds (version reporting) and an in-process synth does not. CloudFormation creates
+    nothing from either, so a stack deployed by ``cdk deploy`` or by the pipeline is the same
+    stack as this command's synth."""
+    out = {k: v for k, v in template.items() if k != "Metadata"}
+    out["Resources"] = {
+        rid: {k: v for k, v in r.items() if k != "Metadata"}
+        for rid, r in template.get("Resources", {}).items()
+        if r.get("Type") != "AWS::CDK::Metadata"
+    }
+    conditions = {k: v for k, v in template.get("Conditions", {}).items()
+                  if k != "CDKMetadataAvailable"}  # fmt: skip
+    out.pop("Conditions", None)
+    if conditions:
+        out["Conditions"] = conditions
+    return out
+
+
+def running_in_ci() -> bool:
+    """GitHub Actions and most CI systems set ``CI=true``; CodeBuild (the CDK pipeline) sets
+    ``CODEBUILD_BUILD_ID``."""
+    return os.environ.get("CI", "").lower() in ("true", "1") or "CODEBUILD_BUILD_ID" in os.environ
+
+
 class ReleaseError(RuntimeError):
     pass
 
@@ -125,6 +152,7 @@ class Release:
         self.s3 = self.session.client("s3", region_name=self.region)
         self.ecr = self.session.client("ecr", region_name=self.region)
         self.cfn = self.session.client("cloudformation", region_name=self.region)
+        self.kms = self.session.client("kms", region_name=self.region)
         self._templates: dict[str, dict] | None = None
         self._outdir = Path(tempfile.mkdtemp(prefix=f"release-{self.env}-"))
 
@@ -159,8 +187,8 @@ class Release:
 
     # -- state checks ---------------------------------------------------------------------------
 
-    def stack_state(self, name: str) -> str:
-        """``done`` when deployed, stable and identical to the synth; else why not."""
+    def stack_deployed(self, name: str) -> str:
+        """``done`` when deployed and stable, by whichever synth; else why not."""
         from botocore.exceptions import ClientError
 
         try:
@@ -169,9 +197,53 @@ class Release:
             return "not deployed"
         if stack["StackStatus"] not in STABLE:
             return f"in state {stack['StackStatus']}"
+        return "done"
+
+    def foundation_missing(self) -> list[str]:
+        """What the image and weights steps need from the foundation stacks: the stacks
+        deployed and stable, and the bucket, the key alias and the image repository in them.
+        Not their templates: a stack CDK Pipelines or a shell's ``cdk deploy`` deployed is the
+        same stack, though its synth names some resources by another construct path (a
+        security group rule's logical id holds its peer's path, which a pipeline stage
+        prefixes), and the ``deploy`` step brings every template to this synth anyway."""
+        from botocore.exceptions import ClientError
+
+        missing = [f"{n}: {s}" for n in self.foundation_stacks()
+                   if (s := self.stack_deployed(n)) != "done"]  # fmt: skip
+        if missing:
+            return missing
+        try:
+            self.s3.head_bucket(Bucket=self.bucket)
+        except ClientError:
+            missing.append(f"bucket {self.bucket} does not exist")
+        try:
+            self.kms.describe_key(KeyId=self._kms_key())
+        except ClientError:
+            missing.append(f"key {self._kms_key()} does not exist")
+        if not self.dep.base.image.external and not self.repository_exists():
+            missing.append(f"repository {self.image_uri()[1]} does not exist")  # type: ignore[index]
+        return missing
+
+    def repository_exists(self) -> bool:
+        from botocore.exceptions import ClientError
+
+        registry, repo, _ = self.image_uri()  # type: ignore[misc]
+        try:
+            self.ecr.describe_repositories(registryId=registry, repositoryNames=[repo])
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "RepositoryNotFoundException":
+                return False
+            raise
+        return True
+
+    def stack_state(self, name: str) -> str:
+        """``done`` when deployed, stable and identical to the synth (``comparable``); else
+        why not."""
+        if (deployed := self.stack_deployed(name)) != "done":
+            return deployed
         body = self.cfn.get_template(StackName=name)["TemplateBody"]
         deployed = json.loads(body) if isinstance(body, str) else body
-        if json.loads(json.dumps(deployed)) != self.templates[name]:
+        if comparable(json.loads(json.dumps(deployed))) != comparable(self.templates[name]):
             return "deployed template differs from the synth"
         return "done"
 
@@ -267,12 +339,9 @@ class Release:
     def status(self, step: str) -> list[str]:
         """What is missing for ``step``; empty when it is done."""
         if step == "stacks":
-            return self._stacks_missing(self.foundation_stacks())
+            return self.foundation_missing()
         if step == "image":
-            if (
-                self._stacks_missing(self.foundation_stacks()[1:2])
-                and not self.dep.base.image.external
-            ):
+            if not self.dep.base.image.external and not self.repository_exists():
                 return ["the repository does not exist yet (stacks step)"]
             registry, repo, ref = self.image_uri()  # type: ignore[misc]
             return [] if self.image_present() else [f"{registry}/{repo}{ref} not in ECR"]
@@ -347,6 +416,15 @@ class Release:
             if not any(p.suffix == ".safetensors" for p in files):
                 raise ReleaseError(f"{base.model_id}@{base.revision} has no safetensors weights")
             digest = tokenizer_sha256(local)
+            if base.tokenizer_sha256 is None and running_in_ci():
+                # Written on the runner, the digest would deploy a model the next synth (from
+                # the committed catalog) replaces, rolling the whole base component again.
+                raise ReleaseError(
+                    f"base {self.dep.base_key!r} has no tokenizer_sha256, and a release in CI "
+                    "cannot commit it: pin it in config/adapters.yaml "
+                    f"(base_models.{self.dep.base_key}.tokenizer_sha256: {digest}), commit, and "
+                    "run the release again"
+                )
             if base.tokenizer_sha256 and base.tokenizer_sha256 != digest:
                 raise ReleaseError(
                     f"tokenizer sha256 of {base.model_id}@{base.revision} is {digest}, the "

@@ -28,6 +28,7 @@ from constructs import Construct
 
 from config import Deployment
 from config.plan import plan
+from config.schema import ROLLOUT_BATCH_PERCENT
 from infra.lifecycle import removal_policy, retention
 from infra.nag import acknowledge, checkov_skip
 from infra.storage import ADAPTER_PREFIX, BASE_PREFIX
@@ -305,7 +306,7 @@ class Serving(Construct):
         # 50% of the component's copies (botocore's sagemaker model,
         # InferenceComponentRollingUpdatePolicy), which no whole number of copies is for one.
         half = sm.CfnInferenceComponent.InferenceComponentCapacitySizeProperty(
-            type="CAPACITY_PERCENT", value=50
+            type="CAPACITY_PERCENT", value=ROLLOUT_BATCH_PERCENT
         )
         self.base_component = sm.CfnInferenceComponent(
             self,

@@ -100,7 +100,7 @@ class RouterStack(EnvironmentStack):
             security_group=net.router_sg, key=stateful.storage.key,
             cache_url=cache.cache.url, cache_secret_arn=cache.cache.secret.secret_arn,
         )  # fmt: skip
-        CfnOutput(self, "RouterUrl", value=self.router.url,
+        self.router_url = CfnOutput(self, "RouterUrl", value=self.router.url,
                   description="POST {url}v1/adapters/NAME/generate, SigV4-signed")  # fmt: skip
 
 
@@ -145,12 +145,15 @@ class AdapterShardStack(EnvironmentStack):
         self.adapters = AdapterComponents(self, "Adapters", dep=dep, members=members)
 
 
-def build(app: Construct, dep: Deployment) -> list[Stack]:
-    """The environment's stacks in ``app`` (an App, or a pipeline Stage: same stack names)."""
+def build(app: Construct, dep: Deployment, *, account_stack: bool = True) -> list[Stack]:
+    """The environment's stacks in ``app`` (an App, or a pipeline Stage: same stack names).
+    ``account_stack=False``: leave out ``lora-fleet-account``, which another stage of the same
+    account and region already deploys (one per account and region)."""
     env = Environment(account=dep.env.account, region=dep.env.region)
     p = dep.env.prefix
     protect = dep.env.deletion_protection
-    account = AccountStack(app, ACCOUNT_STACK, env=env, termination_protection=True)
+    account = (AccountStack(app, ACCOUNT_STACK, env=env, termination_protection=True)
+               if account_stack else None)  # fmt: skip
     stateful = StatefulStack(app, f"{p}-stateful", dep=dep, env=env, termination_protection=protect)
     network = NetworkStack(app, f"{p}-network", dep=dep, stateful=stateful, env=env)
     cache = CacheStack(
@@ -173,18 +176,20 @@ def build(app: Construct, dep: Deployment) -> list[Stack]:
         app, f"{p}-router", dep=dep, stateful=stateful, network=network, cache=cache, env=env
     )
     router.add_stack_dependency(serving, "the router invokes the endpoint")
-    router.add_stack_dependency(account, "API Gateway logs through the account's role")
+    if account is not None:
+        router.add_stack_dependency(account, "API Gateway logs through the account's role")
     observability = ObservabilityStack(app, f"{p}-observability", dep=dep, env=env)
     observability.add_stack_dependency(router, "alarms watch the router's API and function")
     observability.add_stack_dependency(
         serving, "metric filters read the base component's log group"
     )
     stacks += [router, observability]
-    Tags.of(account).add("project", "lora-fleet")
+    if account is not None:
+        Tags.of(account).add("project", "lora-fleet")
     for stack in stacks:
         for key, value in (("project", "lora-fleet"), ("environment", dep.env.name)):
             # Adapter components carry exactly the four properties of the adapter contract.
             Tags.of(stack).add(
                 key, value, exclude_resource_types=["AWS::SageMaker::InferenceComponent"]
             )
-    return [account, *stacks]
+    return [account, *stacks] if account is not None else stacks

@@ -232,15 +232,39 @@ def publish(
 
         s3 = boto3.client("s3", region_name=dep.env.region)
     kms = {"SSEKMSKeyId": kms_key} if kms_key else {}
-    with archive.open("rb") as body:
-        s3.put_object(Bucket=bucket, Key=key, Body=body, ServerSideEncryption="aws:kms",
-                      Metadata={"sha256": digest}, **kms)  # fmt: skip
+    published = _published_sha256(s3, bucket, key)
+    if published is not None and published != digest:
+        # Live components point at this key: scale-out copies would load the new weights
+        # while older copies keep the old ones, under one name and version.
+        raise PublishError(
+            f"s3://{bucket}/{key} already holds {adapter} {manifest['version']} with sha256 "
+            f"{published[:12]}..., not this archive's {digest[:12]}...; a published version is "
+            "never overwritten: bump the entry's version for new weights"
+        )
+    if published is None:
+        with archive.open("rb") as body:
+            s3.put_object(Bucket=bucket, Key=key, Body=body, ServerSideEncryption="aws:kms",
+                          Metadata={"sha256": digest}, **kms)  # fmt: skip
     uri = f"s3://{bucket}/{key}"
     files = manifest.get("files") or {}
     weights = next((files[f] for f in ("adapter_model.safetensors", "adapter_model.bin")
                     if f in files), None)  # fmt: skip
     set_artifact(adapter, uri if record_uri else None, digest, catalog, weights_sha256=weights)
     return uri
+
+
+def _published_sha256(s3: Any, bucket: str, key: str) -> str | None:
+    """The sha256 recorded on the archive already at ``key`` (``""`` when it has none), or
+    None when nothing is there."""
+    from botocore.exceptions import ClientError
+
+    try:
+        head = s3.head_object(Bucket=bucket, Key=key)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise
+    return str(head.get("Metadata", {}).get("sha256", ""))
 
 
 def main(argv: list[str] | None = None) -> int:

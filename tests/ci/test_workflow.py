@@ -43,17 +43,33 @@ def test_the_job_summary_has_the_template_diff_and_catalog_changes(workflow) -> 
 
 def test_main_deploys_dev_through_oidc_without_long_lived_keys(workflow) -> None:
     deploy = workflow["jobs"]["deploy-dev"]
-    assert deploy["needs"] == "checks"
-    assert "refs/heads/main" in deploy["if"] and "push" in deploy["if"]
-    assert deploy["permissions"]["id-token"] == "write"
-    creds = next(s for s in deploy["steps"] if "configure-aws-credentials" in s.get("uses", ""))
-    assert creds["with"]["role-to-assume"] == "${{ vars.AWS_DEPLOY_ROLE_ARN }}"
+    assert set(deploy["needs"]) == {"checks", "publish-adapters-dev"}
+    setup = yaml.safe_load((WORKFLOW.parents[1] / "actions/release-setup/action.yml").read_text())
+    creds = next(s for s in setup["runs"]["steps"]
+                 if "configure-aws-credentials" in s.get("uses", ""))  # fmt: skip
+    assert creds["with"]["role-to-assume"] == "${{ inputs.role-to-assume }}"
+    for job in (deploy, workflow["jobs"]["publish-adapters-dev"]):
+        assert "refs/heads/main" in job["if"] and "push" in job["if"]
+        assert job["permissions"]["id-token"] == "write"
+        (uses,) = [s for s in job["steps"] if s.get("uses") == "./.github/actions/release-setup"]
+        assert uses["with"]["role-to-assume"] == "${{ vars.AWS_DEPLOY_ROLE_ARN }}"
     text = WORKFLOW.read_text()
     assert "aws-access-key-id" not in text and "AWS_SECRET_ACCESS_KEY" not in text
     runs = _runs(deploy)
     # The ordered, idempotent release (it ends with the smoke check), never a bare deploy --all.
     assert any("make release ENV=dev" in r for r in runs)
     assert not any("cdk deploy" in r for r in runs)
+
+
+def test_adapters_train_in_a_job_of_their_own_with_a_training_role(workflow) -> None:
+    """Seven sequential training jobs and a first endpoint exceed one 90-minute job, and the
+    clone has no .artifacts/: the adapters job trains with TRAINING_ROLE_ARN, for hours."""
+    job = workflow["jobs"]["publish-adapters-dev"]
+    assert job["timeout-minutes"] > workflow["jobs"]["deploy-dev"]["timeout-minutes"]
+    (train,) = [s for s in job["steps"] if "make release" in s.get("run", "")]
+    assert train["env"]["TRAINING_ROLE_ARN"] == "${{ vars.TRAINING_ROLE_ARN }}"
+    assert "--only stacks,weights,adapters" in train["run"]
+    assert "exit 1" in train["run"]  # no role: a clear error, not a failed step 4
 
 
 def test_the_checks_run_as_the_runner_user_not_root(workflow) -> None:

@@ -276,3 +276,23 @@ def test_a_training_plan_naming_an_unknown_task_or_adapter_is_refused(
 
     with pytest.raises(CatalogError, match=field):
         load_deployment("local", CATALOG_PATH, _local_env(tmp_path, training))
+
+
+def test_an_environment_without_room_for_a_rolling_batch_fails_naming_the_field(tmp_path):
+    """Each copy takes an instance's GPU, and SageMaker provisions a batch (50% of the copies)
+    before it retires the old one: at max_base_copies 2 on one-GPU instances, 3 are needed."""
+    import shutil
+
+    from config import CatalogError, load_deployment
+
+    envs = tmp_path / "envs"
+    shutil.copytree(ENVIRONMENTS_DIR, envs)
+    data = yaml.safe_load((envs / "dev.yaml").read_text())
+    data["serving"].update(max_instance_count=2, max_base_copies=2)
+    (envs / "dev.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(CatalogError, match=r"raise serving\.max_instance_count to 3"):
+        load_deployment("dev", environments_dir=envs)
+    data["serving"]["accelerators"] = 0  # CPU copies share an instance
+    data["serving"]["instance_type"] = "ml.m5.xlarge"
+    (envs / "dev.yaml").write_text(yaml.safe_dump(data))
+    assert load_deployment("dev", environments_dir=envs).env.serving.max_instance_count == 2

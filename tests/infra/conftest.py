@@ -53,8 +53,16 @@ def edited_config(
     return tmp / "adapters.yaml", envs
 
 
-def synth_in_process(catalog: Path, environments: Path, env: str = "dev") -> dict[str, dict]:
-    """Templates by stack name, built in this process (no nag packs: templates are the same)."""
+#: What the CDK CLI adds to an app's context when it runs it (``cdk synth``/``cdk deploy``):
+#: every resource's ``aws:cdk:path`` and the ``AWS::CDK::Metadata`` resource.
+CLI_CONTEXT = {"aws:cdk:enable-path-metadata": True, "aws:cdk:version-reporting": True}
+
+
+def synth_in_process(
+    catalog: Path, environments: Path, env: str = "dev", *, cli: bool = False
+) -> dict[str, dict]:
+    """Templates by stack name, built in this process (no nag packs: templates are the same).
+    ``cli``: as the CDK CLI would synthesize them, with its metadata."""
     import json
 
     from aws_cdk import App
@@ -63,6 +71,8 @@ def synth_in_process(catalog: Path, environments: Path, env: str = "dev") -> dic
     from infra.stacks import build
 
     context = json.loads((CONFIG.parent / "cdk.json").read_text())["context"]
+    if cli:
+        context = {**context, **CLI_CONTEXT}
     app = App(context=context)
     stacks = build(app, load_deployment(env, catalog, environments))
     assembly = app.synth()

@@ -169,3 +169,43 @@ def test_the_pipeline_is_off_unless_the_file_enables_it(tmp_path: Path) -> None:
         env={**os.environ, "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": str(tmp_path)},
     )  # fmt: skip
     assert proc.returncode == 1 and "the pipeline is off" in proc.stderr
+
+
+def test_the_account_stack_is_deployed_once_per_account_and_region(synthesized) -> None:
+    """Every stage deploying lora-fleet-account would give it its own construct paths in turn:
+    an update of the shared stack on every run, by three stages."""
+    holders = []
+    for stage in ("dev", "staging", "prod"):
+        manifest = json.loads(
+            (synthesized["out"] / f"assembly-{STACK}-{stage}" / "manifest.json").read_text()
+        )
+        names = {a["properties"]["stackName"] for a in manifest["artifacts"].values()
+                 if a["type"] == "aws:cloudformation:stack"}  # fmt: skip
+        if "lora-fleet-account" in names:
+            holders.append(stage)
+    assert holders == ["dev"]  # all three share the pipeline's account and region
+
+
+def test_smoke_reads_the_router_url_from_the_stage_not_from_describe_stacks(synthesized) -> None:
+    """DescribeStacks cannot read a stack in another account; the pipeline passes the router
+    stack's RouterUrl output to the step instead."""
+    t = synthesized["template"]
+    for stage in _stages(t):
+        if stage["Name"] not in ("dev", "staging", "prod"):
+            continue
+        (smoke,) = [a for a in stage["Actions"] if a["Name"] == f"Smoke-{stage['Name']}"]
+        variables = json.loads(resolve_join(smoke["Configuration"]["EnvironmentVariables"]))
+        (url,) = [v for v in variables if v["name"] == "ROUTER_URL"]
+        assert "RouterUrl" in url["value"]
+    smoke_policies = [r for r in t["Resources"].values() if r["Type"] == "AWS::IAM::Policy"
+                      and "SmokeRole" in json.dumps(r["Properties"]["Roles"])]  # fmt: skip
+    assert smoke_policies
+    assert "cloudformation:DescribeStacks" not in json.dumps(smoke_policies)
+
+
+def resolve_join(value) -> str:
+    """A CodePipeline action's EnvironmentVariables: a JSON string, or a Fn::Join of one."""
+    if isinstance(value, str):
+        return value
+    parts = value["Fn::Join"][1]
+    return "".join(p if isinstance(p, str) else "X" for p in parts)

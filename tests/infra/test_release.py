@@ -17,7 +17,7 @@ from moto import mock_aws
 from config import load_deployment
 from config.compat import tokenizer_sha256
 from infra.release import BASE_MANIFEST, STEPS, Release, ReleaseError, Tools
-from tests.infra.conftest import edited_config, synth_in_process
+from tests.infra.conftest import CONFIG, edited_config, synth_in_process
 from training.package import pack, write_manifest
 
 pytestmark = pytest.mark.synth
@@ -67,23 +67,27 @@ class FakeTools(Tools):
     def _deploy(self, names: list[str]) -> None:
         """What CloudFormation would leave: the stacks (with the deployed template) and the
         resources later steps use (bucket, key alias, repository)."""
+        for name in names:
+            self.deployed_elsewhere(name, self.release.templates[name])
+
+    def deployed_elsewhere(self, name: str, template: dict) -> None:
+        """A stack deployed with ``template``: by this release, or by another synth (a
+        shell's ``cdk deploy``, the pipeline)."""
         from moto.cloudformation.models import cloudformation_backends
 
         cfn = boto3.client("cloudformation", region_name=REGION)
         placeholder = json.dumps(
             {"Resources": {"H": {"Type": "AWS::CloudFormation::WaitConditionHandle"}}}
         )
-        for name in names:
-            template = self.release.templates[name]
-            try:
-                cfn.describe_stacks(StackName=name)
-            except cfn.exceptions.ClientError:
-                cfn.create_stack(StackName=name, TemplateBody=placeholder)
-                if name.endswith("-stateful"):
-                    self._stateful()
-            backend = cloudformation_backends[ACCOUNT][REGION]
-            (stack,) = [s for s in backend.stacks.values() if s.name == name]
-            stack.template = json.dumps(template)
+        try:
+            cfn.describe_stacks(StackName=name)
+        except cfn.exceptions.ClientError:
+            cfn.create_stack(StackName=name, TemplateBody=placeholder)
+            if name.endswith("-stateful"):
+                self._stateful()
+        backend = cloudformation_backends[ACCOUNT][REGION]
+        (stack,) = [s for s in backend.stacks.values() if s.name == name]
+        stack.template = json.dumps(template)
 
     def _stateful(self) -> None:
         dep = self.release.dep
@@ -179,6 +183,8 @@ def account(monkeypatch):
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                        "AWS_DEFAULT_REGION": REGION}.items():  # fmt: skip
         monkeypatch.setenv(key, value)
+    for ci in ("CI", "CODEBUILD_BUILD_ID"):  # a developer's release unless a test says CI
+        monkeypatch.delenv(ci, raising=False)
     with mock_aws():
         boto3.client("ssm", region_name=REGION).put_parameter(
             Name="/cdk-bootstrap/hnb659fds/version", Value="30", Type="String"
@@ -298,6 +304,19 @@ def test_a_tokenizer_that_differs_from_the_pinned_hash_is_refused(setup) -> None
         r.run(only=("weights",))
 
 
+def test_a_release_in_ci_refuses_an_unpinned_tokenizer_and_says_how_to_pin_it(
+    setup, monkeypatch
+) -> None:
+    """A digest written on the runner is never committed: the next synth would replace the
+    model and roll the base component again."""
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(ReleaseError, match="tokenizer_sha256") as refused:
+        setup["release"]().run()
+    assert _fake_tokenizer_sha256() in str(refused.value)
+    cat = yaml.safe_load(setup["catalog"].read_text())
+    assert cat["base_models"]["qwen3-4b"].get("tokenizer_sha256") is None  # nothing written
+
+
 def test_adapters_without_archive_or_training_role_name_themselves(setup) -> None:
     r = setup["release"]()
     r.run(only=("stacks",))
@@ -330,3 +349,60 @@ def test_an_archive_whose_job_recorded_a_failed_gate_is_not_published(setup, mon
     monkeypatch.setattr(setup["tools"], "training_job", recorded)
     with pytest.raises(ReleaseError, match=f"{first}: adapter '{first}' is not publishable"):
         setup["release"]().run(only=("stacks", "adapters"))
+
+
+def test_a_release_after_a_plain_cdk_deploy_of_the_stateful_stack_goes_on_and_then_does_nothing(
+    setup, tmp_path
+) -> None:
+    """``cdk deploy PREFIX-stateful`` from a shell deploys the CLI's synth, which carries every
+    resource's aws:cdk:path and a CDKMetadata resource; the release's own synth has neither.
+    The stack is the same stack: the release must see it as done, not build and push into an
+    immutable tag and then fail."""
+    release = setup["release"]()
+    cli = synth_in_process(setup["catalog"], tmp_path / "environments", cli=True)
+    stateful = cli["lora-dev-stateful"]
+    assert "aws:cdk:path" in json.dumps(stateful) and "CDKMetadata" in stateful["Resources"]
+    setup["tools"].deployed_elsewhere("lora-dev-stateful", stateful)
+    assert release.stack_state("lora-dev-stateful") == "done"
+    assert release.run()["image"] == "ran"
+    setup["tools"].calls.clear()
+    assert setup["release"]().run() == dict.fromkeys(STEPS, "done")
+    assert setup["tools"].calls == [], "a second release changes nothing"
+
+
+def test_stacks_the_pipeline_deployed_are_done(setup, tmp_path) -> None:
+    """CDK Pipelines deploys its own synth: the stage's stacks, with stage-prefixed paths."""
+    from aws_cdk import App
+    from aws_cdk import Environment as CdkEnvironment
+
+    from config import PIPELINE_PATH, load_pipeline
+    from infra import nag
+    from infra.pipeline import PipelineStack
+    from tests.infra.conftest import CLI_CONTEXT
+
+    cfg_file = tmp_path / "pipeline.yaml"
+    cfg_file.write_text(yaml.safe_dump({**yaml.safe_load(PIPELINE_PATH.read_text()),
+                                        "enabled": True, "stages": ["dev"],
+                                        "approval_before": []}))  # fmt: skip
+    cfg = load_pipeline(cfg_file)
+    nag.ACKNOWLEDGEMENTS.clear()
+    context = json.loads((CONFIG.parent / "cdk.json").read_text())["context"]
+    app = App(outdir=str(tmp_path / "pipeline.out"), context={**context, **CLI_CONTEXT})
+    dep = load_deployment("dev", setup["catalog"], tmp_path / "environments")
+    PipelineStack(app, "lora-fleet-pipeline", config=cfg, deployments={"dev": dep},
+                  env=CdkEnvironment(region=cfg.region))  # fmt: skip
+    out = Path(app.synth().directory) / "assembly-lora-fleet-pipeline-dev"
+    manifest = json.loads((out / "manifest.json").read_text())
+    staged = {a["properties"]["stackName"]: json.loads((out / a["properties"]["templateFile"])
+                                                       .read_text())
+              for a in manifest["artifacts"].values() if a["type"] == "aws:cloudformation:stack"}  # fmt: skip
+    release = setup["release"]()
+    for name in release.foundation_stacks():
+        template = staged[name]
+        assert "lora-fleet-pipeline/dev/" in json.dumps(template), "stage-prefixed paths"
+        setup["tools"].deployed_elsewhere(name, template)
+    # What the image and weights steps need is there: the stacks step is done, though the
+    # network's synth names its security group rules by the stage's construct paths.
+    assert release.status("stacks") == []
+    assert release.run(only=("stacks",)) == {"stacks": "done"}
+    assert release.stack_state("lora-dev-stateful") == "done"  # metadata aside, the same

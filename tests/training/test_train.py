@@ -182,13 +182,24 @@ def test_publish_refuses_a_version_mismatch(trained, tmp_path) -> None:
 
 
 class FakeS3:
+    """put_object and head_object over a dict, with S3's 404 for a missing key."""
+
     def __init__(self) -> None:
         self.calls: list[dict] = []
+        self.objects: dict[tuple[str, str], dict] = {}
 
     def put_object(self, **kw) -> dict:
         kw["Body"] = kw["Body"].read()
         self.calls.append(kw)
+        self.objects[kw["Bucket"], kw["Key"]] = kw
         return {}
+
+    def head_object(self, Bucket: str, Key: str) -> dict:  # noqa: N803 - boto3's names
+        from botocore.exceptions import ClientError
+
+        if (Bucket, Key) not in self.objects:
+            raise ClientError({"Error": {"Code": "404", "Message": "Not Found"}}, "HeadObject")
+        return {"Metadata": self.objects[Bucket, Key].get("Metadata", {})}
 
 
 def test_publish_uploads_and_records_artifact_and_sha_in_the_catalog(
@@ -217,3 +228,8 @@ def test_publish_uploads_and_records_artifact_and_sha_in_the_catalog(
     assert "# The adapter catalog" in text  # comments survive the write-back
     publish(archive, NAME, ENV, **kw)
     assert catalog.read_text().count("artifact: s3://my-bucket") == 1  # idempotent
+    assert len(s3.calls) == 1  # the same archive is not uploaded again
+    # Other weights under a published version never replace it: live copies point at the key.
+    s3.objects["my-bucket", s3.calls[0]["Key"]]["Metadata"] = {"sha256": "f" * 64}
+    with pytest.raises(PublishError, match="never overwritten"):
+        publish(archive, NAME, ENV, **kw)
