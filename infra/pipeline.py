@@ -105,10 +105,11 @@ class PipelineStack(Stack):
         # lora-fleet-account is one per account and region: deployed by the first stage there
         # only. Every stage deploying it would give it that stage's construct paths in turn, an
         # update on every run.
-        accounts_seen: set[tuple[str | None, str]] = set()
+        accounts_seen: set[tuple[str, str]] = set()
         for name in config.stages:
             dep = deployments[name]
-            where = (dep.env.account, dep.env.region)
+            # No account in the environment file: the pipeline's own (CDK deploys it there).
+            where = (dep.env.account or self.account, dep.env.region)
             pre: list[pipelines.Step] = []
             if name in config.approval_before:
                 comment = f"Promote to {name}: review the previous stage's smoke results"

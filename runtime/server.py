@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import re
 import shutil
@@ -165,7 +166,27 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
                 f"prompt is {chars} characters, over the {s.max_input_tokens * CHARS_PER_TOKEN} "
                 f"that {s.max_input_tokens} input tokens allow",
             )
-        record = engine.registry.get(adapter) if adapter is not None else None
+        messages = [m.model_dump() for m in body.messages] if body.messages else None
+        # The record's prompt shapes the tokens and its schema the decoding: if the adapter is
+        # registered again while the prompt is tokenized (off the event loop), the tokens are
+        # made again for the record that will serve them. Between the last check and admit()
+        # nothing awaits, so the record cannot change there.
+        for _ in range(RECORD_ATTEMPTS):
+            record = engine.registry.get(adapter) if adapter is not None else None
+            try:
+                ids = await asyncio.to_thread(
+                    engine.encode, body.inputs, messages,
+                    record.prompt if record is not None else None,
+                )  # fmt: skip
+            except EngineError as exc:
+                return _error(exc.status, exc.message)
+            except Exception as exc:  # a template or tokenizer failure is the request's fault
+                return _error(400, f"cannot tokenize the prompt: {exc}")
+            if adapter is None or engine.registry.get(adapter) is record:
+                break
+        else:
+            return _error(503, f"adapter {adapter!r} was registered again while the request was "
+                               "prepared; retry")  # fmt: skip
         if schema is None and record is not None:
             schema = record.json_schema
         params = GenParams(
@@ -181,17 +202,6 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
             json_schema=schema,
             details=p.details,
         )
-        try:
-            ids = await asyncio.to_thread(
-                engine.encode,
-                body.inputs,
-                [m.model_dump() for m in body.messages] if body.messages else None,
-                record.prompt if record is not None else None,
-            )
-        except EngineError as exc:
-            return _error(exc.status, exc.message)
-        except Exception as exc:  # a template or tokenizer failure is the request's fault
-            return _error(400, f"cannot tokenize the prompt: {exc}")
         # Metric labels name registered adapters only: an unknown name must not grow /metrics.
         if adapter is None:
             label = "__base__"
@@ -258,13 +268,17 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
                 "archives it owns and deletes)",
             )
         async with _registering(req.name):
+            checking = asyncio.get_running_loop().run_in_executor(
+                REGISTRATIONS, _load, engine, req.name, req.src
+            )
             try:
-                loaded = await asyncio.wait_for(
-                    asyncio.get_running_loop().run_in_executor(
-                        REGISTRATIONS, _load, engine, req.name, req.src
-                    ),
-                    REGISTER_BUDGET_S,
-                )
+                try:
+                    # Shielded: a thread cannot be stopped, so past the budget the check runs
+                    # on and whatever it extracted is removed when it ends.
+                    loaded = await asyncio.wait_for(asyncio.shield(checking), REGISTER_BUDGET_S)
+                except TimeoutError:
+                    checking.add_done_callback(functools.partial(_discard_late, engine))
+                    raise
                 owned = _owned_dir(engine, loaded.src)
                 try:
                     record, replaced = await engine.register(loaded, pin=req.pin, owned_dir=owned)
@@ -349,6 +363,8 @@ REGISTER_BODY_BYTES = 64 * 1024
 CHARS_PER_TOKEN = 32
 #: What checking and loading one adapter may take before its registration is refused.
 REGISTER_BUDGET_S = 120.0
+#: Times a request is tokenized again when its adapter is registered anew meanwhile.
+RECORD_ATTEMPTS = 3
 #: Registrations run here, never in the default pool that tokenizing shares.
 REGISTRATIONS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="register")
 
@@ -367,6 +383,15 @@ async def _read_limited(request: Request, limit: int) -> bytes | None:
             return None
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _discard_late(engine: Engine, done: asyncio.Future) -> None:
+    """A check that finished after its request gave up: its extracted files go."""
+    if done.cancelled() or done.exception() is not None:
+        return
+    owned = _owned_dir(engine, done.result().src)
+    if owned is not None:
+        shutil.rmtree(owned, ignore_errors=True)
 
 
 def _owned_dir(engine: Engine, src: str) -> Path | None:
