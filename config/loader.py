@@ -157,6 +157,15 @@ def load_catalog(path: Path | str = CATALOG_PATH) -> Catalog:
             continue
         issues.extend(_rank_issues(file, label, a, a.base, base))
         issues.extend(_schema_issues(path.parent, file, label, a))
+        if a.gated_base_revision is not None and a.gated_base_revision != base.revision:
+            # AWS's LoRA guidance lists "changing the base revision without reevaluating its
+            # adapters" among the traps: an adapter's gate holds for the base it was run on.
+            issues.append(Issue(file, label, "gated_base_revision",
+                                f"published after its gate on {a.base} revision "
+                                f"{a.gated_base_revision}, but the catalog now names revision "
+                                f"{base.revision}: retrain or re-evaluate it "
+                                f"(python -m training.publish --adapter {a.name} ...), which "
+                                "records the new revision"))  # fmt: skip
     if issues:
         raise CatalogError(issues)
     return catalog

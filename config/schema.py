@@ -261,6 +261,9 @@ class AdapterEntry(_Strict):
     #: The sha256 of the archive's weights file, which the runtime reports in every answer; the
     #: router caches an answer only when it matches (written by ``training.publish``).
     weights_sha256: str | None = None
+    #: The base revision the published version passed its gate on (written by
+    #: ``training.publish``); ``make check`` refuses a catalog whose base moved on since.
+    gated_base_revision: str | None = None
     allow: AccessPolicy = Field(default_factory=AccessPolicy)
     pin: bool = False
     quota: QuotaConfig | None = Field(

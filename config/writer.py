@@ -15,13 +15,16 @@ _ENTRY = re.compile(r"^(?P<indent>\s*)-\s+name:\s*['\"]?(?P<name>[^'\"\s#]+)['\"
 
 
 def set_artifact(name: str, artifact: str | None, sha256: str, path: Path = CATALOG_PATH,
-                 weights_sha256: str | None = None) -> None:  # fmt: skip
+                 weights_sha256: str | None = None,
+                 gated_base_revision: str | None = None) -> None:  # fmt: skip
     """Record an adapter's published archive: its hash (and its weights' hash, which the
     runtime reports with every answer), and its URI when given (``None`` keeps the URI derived
     per environment, for a catalog several environments share)."""
     fields = {"sha256": sha256} if artifact is None else {"artifact": artifact, "sha256": sha256}
     if weights_sha256 is not None:
         fields["weights_sha256"] = weights_sha256
+    if gated_base_revision is not None:
+        fields["gated_base_revision"] = gated_base_revision
     _set_adapter_fields(name, fields, path)
 
 

@@ -249,7 +249,11 @@ def publish(
     files = manifest.get("files") or {}
     weights = next((files[f] for f in ("adapter_model.safetensors", "adapter_model.bin")
                     if f in files), None)  # fmt: skip
-    set_artifact(adapter, uri if record_uri else None, digest, catalog, weights_sha256=weights)
+    # The revision the gate above ran against, when it is the entry's own base (an environment
+    # that serves another base in its place, the local platform, proves nothing about it).
+    gated = dep.base.revision if dep.base_key == entry.base else None
+    set_artifact(adapter, uri if record_uri else None, digest, catalog, weights_sha256=weights,
+                 gated_base_revision=gated)  # fmt: skip
     return uri
 
 

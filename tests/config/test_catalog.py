@@ -296,3 +296,26 @@ def test_an_environment_without_room_for_a_rolling_batch_fails_naming_the_field(
     data["serving"]["instance_type"] = "ml.m5.xlarge"
     (envs / "dev.yaml").write_text(yaml.safe_dump(data))
     assert load_deployment("dev", environments_dir=envs).env.serving.max_instance_count == 2
+
+
+def test_a_base_revision_change_fails_check_naming_each_adapter_gated_on_the_old_one(tmp_path):
+    """AWS's LoRA guidance: "Changing the base revision without reevaluating its adapters"
+    is a trap. Publish records the revision an adapter passed its gate on."""
+    from config import CATALOG_PATH, CatalogError, load_catalog
+
+    data = yaml.safe_load(CATALOG_PATH.read_text())
+    base = data["base_models"]["qwen3-4b"]
+    gated = [a for a in data["adapters"] if a["base"] == "qwen3-4b"][:2]
+    for a in gated:
+        a["gated_base_revision"] = base["revision"]
+    path = tmp_path / "adapters.yaml"
+    path.write_text(yaml.safe_dump(data))
+    load_catalog(path)  # gated on the revision the catalog names: fine
+    base["revision"] = "0" * 40
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(CatalogError) as refused:
+        load_catalog(path)
+    text = str(refused.value)
+    for a in gated:
+        assert f"adapter {a['name']!r}" in text and "retrain or re-evaluate" in text
+    assert text.count("gated_base_revision") == len(gated)

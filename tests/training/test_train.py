@@ -224,6 +224,9 @@ def test_publish_uploads_and_records_artifact_and_sha_in_the_catalog(
     # The weights' digest too: the router compares it with the artifact each answer reports.
     weights = read_manifest(archive)["files"]["adapter_model.safetensors"]
     assert entry.weights_sha256 == weights
+    # Gated on a base served in place of the entry's own (qwen3-local for qwen3-4b): that
+    # proves nothing about qwen3-4b's revision, so none is recorded.
+    assert entry.gated_base_revision is None
     text = catalog.read_text()
     assert "# The adapter catalog" in text  # comments survive the write-back
     publish(archive, NAME, ENV, **kw)
