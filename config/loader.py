@@ -23,6 +23,7 @@ from config.schema import (
     Catalog,
     Environment,
     PipelineConfig,
+    cap_problem,
 )
 from config.tasks import TaskProfile
 
@@ -395,6 +396,9 @@ def resolve(catalog: Catalog, env: Environment, catalog_file: str, env_dir: str)
             )
             continue
         issues.extend(_rank_issues(catalog_file, label, a, env.base, base))
+        if (problem := cap_problem(a.quota, env.router.max_new_tokens_cap)) is not None:
+            issues.append(Issue(catalog_file, label, "quota", f"in environment {env.name!r}: "
+                                f"{problem}"))  # fmt: skip
         component = f"{env.prefix}-{a.name}"
         if len(component) > SAGEMAKER_NAME_MAX or not SAGEMAKER_NAME_RE.match(component):
             issues.append(

@@ -193,6 +193,18 @@ class AccessPolicy(_Strict):
         return v
 
 
+def cap_problem(quota: QuotaConfig | None, cap: int) -> str | None:
+    """Why ``quota`` could never admit a request at the token cap, if it could not: the router
+    charges a request its ``max_new_tokens`` plus an estimate of its prompt, so a
+    tokens-per-minute limit at or under the cap refuses every request at the cap (a 400)."""
+    limit = quota.tokens_per_minute if quota is not None else None
+    if limit is not None and limit <= cap:
+        return (f"tokens_per_minute {limit} is not above max_new_tokens_cap {cap}: a request at "
+                "the cap plus its prompt could never be admitted; raise the limit or lower the "
+                "cap")  # fmt: skip
+    return None
+
+
 class QuotaConfig(_Strict):
     """Per-tenant limits per minute; a limit left out is not enforced."""
 
@@ -510,6 +522,8 @@ class RouterConfig(_Strict):
             )
         if self.provisioned_concurrency > self.reserved_concurrency:
             raise ValueError("provisioned_concurrency exceeds reserved_concurrency")
+        if (problem := cap_problem(self.quota, self.max_new_tokens_cap)) is not None:
+            raise ValueError(f"quota.{problem}")
         return self
 
 

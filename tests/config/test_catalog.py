@@ -319,3 +319,36 @@ def test_a_base_revision_change_fails_check_naming_each_adapter_gated_on_the_old
     for a in gated:
         assert f"adapter {a['name']!r}" in text and "retrain or re-evaluate" in text
     assert text.count("gated_base_revision") == len(gated)
+
+
+def test_a_token_limit_no_request_at_the_cap_could_fit_fails_check(tmp_path):
+    """The router charges max_new_tokens plus the prompt's estimated tokens: a limit at or
+    under max_new_tokens_cap would answer every request at the cap with a 400."""
+    import shutil
+
+    from config import CATALOG_PATH, CatalogError, load_deployment
+
+    envs = tmp_path / "envs"
+    shutil.copytree(ENVIRONMENTS_DIR, envs)
+    cap = (
+        yaml.safe_load((envs / "dev.yaml").read_text())
+        .get("router", {})
+        .get("max_new_tokens_cap", 512)
+    )
+    data = yaml.safe_load(CATALOG_PATH.read_text())
+    entry = data["adapters"][0]
+    entry["quota"] = {"tokens_per_minute": cap}
+    catalog = tmp_path / "adapters.yaml"
+    catalog.write_text(yaml.safe_dump(data))
+    with pytest.raises(CatalogError, match=rf"adapter '{entry['name']}'.*quota") as refused:
+        load_deployment("dev", catalog, envs)
+    assert f"max_new_tokens_cap {cap}" in str(refused.value)
+    entry["quota"] = {"tokens_per_minute": cap + 1}
+    catalog.write_text(yaml.safe_dump(data))
+    load_deployment("dev", catalog, envs)
+    # The environment-wide limit too, named by its field.
+    env = yaml.safe_load((envs / "dev.yaml").read_text())
+    env.setdefault("router", {})["quota"] = {"tokens_per_minute": 10}
+    (envs / "dev.yaml").write_text(yaml.safe_dump(env))
+    with pytest.raises(CatalogError, match=r"quota\.tokens_per_minute 10"):
+        load_deployment("dev", catalog, envs)
