@@ -290,7 +290,6 @@ def _charge(
     if not quota.enforced:
         # Redis is away: the in-process fallback bucket decided instead.
         metrics.add_metric(name="QuotaUnavailable", unit=MetricUnit.Count, value=1)
-        metrics.add_metric(name="QuotaFallback", unit=MetricUnit.Count, value=1)
     if quota.never:
         metrics.add_metric(name="QuotaCostOverLimit", unit=MetricUnit.Count, value=1)
         return Failure(400, f"this request may use {cost} tokens (max_new_tokens "

@@ -148,7 +148,6 @@ class LocalBuckets:
 
 class Quotas:
     def __init__(self, client: redis.Redis | None, tenant_wide: Limits | None) -> None:
-        self.client = client
         self.tenant_wide = tenant_wide
         # A client that runs no scripts (the local platform's in-process cache, when no Redis
         # answers) leaves the in-process buckets in charge.

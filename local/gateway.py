@@ -403,7 +403,7 @@ class ApiGateway:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path = scope.get("path", "")
-        if scope["type"] == "http" and (refusal := _unsafe_write(scope)) is not None:
+        if scope["type"] == "http" and (refusal := _foreign_request(scope)) is not None:
             await refusal(scope, receive, send)
             return
         if scope["type"] != "http" or not (path.startswith("/v1/") or path == "/health"):
@@ -456,7 +456,7 @@ class ApiGateway:
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
 
 
-def _unsafe_write(scope: dict[str, Any]) -> JSONResponse | None:
+def _foreign_request(scope: dict[str, Any]) -> JSONResponse | None:
     """A request another web page could make: the gateway answers on loopback with an identity
     of its own (no SigV4), so any page the developer opens could call it. A page that rebinds
     its own name to 127.0.0.1 reaches it with its own name in ``Host``, so every request must
