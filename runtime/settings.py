@@ -6,6 +6,7 @@ vLLM engine argument it becomes (the README's "Engine options" table lists the s
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -46,6 +47,9 @@ class Settings:
     #: Adapters vLLM keeps loaded in host memory: ``max_cpu_loras`` (at least ``max_loras``).
     max_cpu_loras: int = 16
     max_lora_rank: int = 64
+    #: False for a merged model's server (``runtime.merged``): no LoRA slots are preallocated
+    #: and no adapter is registered, which is what makes merged serving faster.
+    enable_lora: bool = True
     #: The seed article's VRAM headroom: the share of device memory vLLM may take for weights,
     #: adapter slots and its paged KV cache (``gpu_memory_utilization``).
     vram_headroom: float = 0.85
@@ -102,17 +106,25 @@ class Settings:
 
     @property
     def model_len(self) -> int:
-        return self.max_model_len or self.max_input_tokens + self.max_new_tokens
+        """``OPTION_MAX_MODEL_LEN``, else the input and output limits together, but never past
+        the model's own ``max_position_embeddings``: vLLM refuses to start beyond it (the
+        local platform's small Qwen3 has 1,024 positions, under the default 3,072)."""
+        if self.max_model_len:
+            return self.max_model_len
+        wanted = self.max_input_tokens + self.max_new_tokens
+        try:
+            config = json.loads((self.model_dir / "config.json").read_text())
+        except (OSError, ValueError):
+            return wanted
+        positions = config.get("max_position_embeddings")
+        return min(wanted, positions) if isinstance(positions, int) and positions > 0 else wanted
 
     def engine_args(self, *, cuda: bool) -> dict[str, Any]:
         """vLLM's engine arguments for these settings (``AsyncEngineArgs(**...)``)."""
         args: dict[str, Any] = {
             "model": str(self.model_dir),
             "tokenizer": str(self.model_dir),
-            "enable_lora": True,
-            "max_loras": self.max_loras,
-            "max_cpu_loras": self.max_cpu_loras,
-            "max_lora_rank": next(r for r in VLLM_LORA_RANKS if r >= self.max_lora_rank),
+            "enable_lora": self.enable_lora,
             "max_num_seqs": self.max_batch_size,
             "max_model_len": self.model_len,
             "max_num_batched_tokens": max(self.max_prefill_tokens, self.model_len),
@@ -127,6 +139,12 @@ class Settings:
             # only for a named backend: xgrammar, its default.
             "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
         }
+        if self.enable_lora:
+            args |= {
+                "max_loras": self.max_loras,
+                "max_cpu_loras": self.max_cpu_loras,
+                "max_lora_rank": next(r for r in VLLM_LORA_RANKS if r >= self.max_lora_rank),
+            }
         if cuda:
             args["gpu_memory_utilization"] = self.vram_headroom
         if self.quantization == "nf4":
@@ -143,6 +161,7 @@ class Settings:
             max_loras=_int("OPTION_MAX_LORAS", 4),
             max_cpu_loras=_int("OPTION_MAX_CPU_LORAS", 16),
             max_lora_rank=_int("OPTION_MAX_LORA_RANK", 64),
+            enable_lora=os.environ.get("OPTION_ENABLE_LORA", "true").lower() != "false",
             vram_headroom=_float("OPTION_VRAM_HEADROOM", 0.85),
             max_batch_size=_int("OPTION_MAX_BATCH_SIZE", 16),
             max_queue=_int("OPTION_MAX_QUEUE", 256),

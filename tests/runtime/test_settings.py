@@ -1,0 +1,34 @@
+"""The runtime's options as vLLM's engine arguments."""
+
+from __future__ import annotations
+
+import json
+
+from runtime.settings import Settings
+
+
+def _model(tmp_path, positions: int):
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": positions}))
+    return tmp_path
+
+
+def test_the_model_length_never_passes_the_models_own_positions(tmp_path) -> None:
+    """vLLM refuses to start when max_model_len exceeds the model's max_position_embeddings:
+    the local platform's small Qwen3 (1,024) under the default 2,048 + 1,024 did exactly that,
+    so `make up QUICK=1` never got its runtime up."""
+    model = _model(tmp_path, 1024)
+    assert Settings(model_dir=model).engine_args(cuda=False)["max_model_len"] == 1024
+    roomy = _model(tmp_path, 40960)
+    assert Settings(model_dir=roomy).engine_args(cuda=False)["max_model_len"] == 2048 + 1024
+    assert (
+        Settings(model_dir=model, max_model_len=512).engine_args(cuda=False)["max_model_len"] == 512
+    )
+
+
+def test_a_merged_models_server_allocates_no_lora(tmp_path) -> None:
+    model = _model(tmp_path, 4096)
+    with_lora = Settings(model_dir=model).engine_args(cuda=False)
+    assert with_lora["enable_lora"] is True and with_lora["max_loras"] == 4
+    without = Settings(model_dir=model, enable_lora=False).engine_args(cuda=False)
+    assert without["enable_lora"] is False
+    assert not {"max_loras", "max_cpu_loras", "max_lora_rank"} & set(without)
