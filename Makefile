@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 CDK := npx --no-install cdk
 
-.PHONY: setup up down synth diff snapshot release smoke test lint bench check plan
+.PHONY: setup up down synth diff snapshot release smoke test lint bench check plan promote rollback
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -41,6 +41,12 @@ synth: $(PY)  ## synth one environment with the cdk-nag packs: make synth ENV=pr
 check: $(PY)  ## validate the catalog for every environment
 	$(PY) -m config check
 
+promote: $(PY)  ## make a canary the stable version (one catalog edit; then commit and release): make promote ADAPTER=NAME
+	$(PY) -m config.rollout promote $(ADAPTER)
+
+rollback: $(PY)  ## remove a canary, or go back to the version the last promotion replaced: make rollback ADAPTER=NAME
+	$(PY) -m config.rollout rollback $(ADAPTER)
+
 plan: $(PY)  ## device-memory plan: how many adapters fit
 	$(PY) -m config plan --env $(ENV)
 
@@ -72,6 +78,7 @@ smoke: $(PY)  ## invoke every adapter once through the deployed router: make smo
 bench: setup  ## benchmarks (each prints a table and writes benchmarks/RESULTS.md); benchmarks/startup.py (about an hour) runs alone
 	$(PY) benchmarks/serving.py
 	$(PY) benchmarks/structured.py
+	$(PY) benchmarks/merged.py
 	$(PY) benchmarks/router.py
 	$(PY) benchmarks/synth_scale.py
 	$(PY) -m training.train_all

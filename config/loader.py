@@ -158,15 +158,29 @@ def load_catalog(path: Path | str = CATALOG_PATH) -> Catalog:
             continue
         issues.extend(_rank_issues(file, label, a, a.base, base))
         issues.extend(_schema_issues(path.parent, file, label, a))
-        if a.gated_base_revision is not None and a.gated_base_revision != base.revision:
-            # AWS's LoRA guidance lists "changing the base revision without reevaluating its
-            # adapters" among the traps: an adapter's gate holds for the base it was run on.
-            issues.append(Issue(file, label, "gated_base_revision",
-                                f"published after its gate on {a.base} revision "
-                                f"{a.gated_base_revision}, but the catalog now names revision "
-                                f"{base.revision}: retrain or re-evaluate it "
-                                f"(python -m training.publish --adapter {a.name} ...), which "
-                                "records the new revision"))  # fmt: skip
+        # AWS's LoRA guidance lists "changing the base revision without reevaluating its
+        # adapters" among the traps: an adapter's gate holds for the base it was run on.
+        for field, gated, flag in (
+            ("gated_base_revision", a.gated_base_revision, ""),
+            (
+                "canary.gated_base_revision",
+                a.canary.gated_base_revision if a.canary else None,
+                " --canary",
+            ),
+        ):
+            if gated is not None and gated != base.revision:
+                issues.append(
+                    Issue(
+                        file,
+                        label,
+                        field,
+                        f"published after its gate on {a.base} revision {gated}, "
+                        f"but the catalog now names revision {base.revision}: "
+                        "retrain or re-evaluate it (python -m training.publish "
+                        f"--adapter {a.name}{flag} ...), which records the new "
+                        "revision",
+                    )
+                )
     if issues:
         raise CatalogError(issues)
     return catalog
@@ -241,6 +255,11 @@ def environment_names(directory: Path = ENVIRONMENTS_DIR, *, deployable: bool = 
     return names
 
 
+#: A canary's component is its stable component's name with this suffix; a merged entry's
+#: base component, with the other.
+CANARY_SUFFIX, MERGED_SUFFIX = "-canary", "-merged"
+
+
 @dataclass(frozen=True)
 class ResolvedAdapter:
     """An adapter as one environment deploys it."""
@@ -253,6 +272,27 @@ class ResolvedAdapter:
     @property
     def name(self) -> str:
         return self.entry.name
+
+    @property
+    def merged(self) -> bool:
+        return self.entry.serving == "merged"
+
+    @property
+    def serving_component(self) -> str:
+        """The component that answers the entry's stable version: its adapter component, or
+        for ``serving: merged`` the base component of its own that serves the merged model."""
+        return f"{self.component_name}{MERGED_SUFFIX}" if self.merged else self.component_name
+
+    @property
+    def canary_component_name(self) -> str | None:
+        """The canary version's own adapter component, while the entry has a canary."""
+        return f"{self.component_name}{CANARY_SUFFIX}" if self.entry.canary else None
+
+    @property
+    def component_names(self) -> tuple[str, ...]:
+        """Every component this entry deploys (the stable one, and a canary's)."""
+        canary = self.canary_component_name
+        return (self.serving_component, canary) if canary else (self.serving_component,)
 
 
 @dataclass(frozen=True)
@@ -288,7 +328,7 @@ class Deployment:
             **({"operators": list(self.env.router.operators)} if self.env.router.operators else {}),
             "adapters": {
                 a.name: {
-                    "component": a.component_name,
+                    "component": a.serving_component,
                     "version": a.entry.version,
                     "task": a.entry.task,
                     "description": a.entry.description,
@@ -303,10 +343,30 @@ class Deployment:
                     ),
                     **_quota(a.entry),
                     **_schema(a.entry),
+                    **_canary(a),
                 }
                 for a in self.adapters
             },
         }
+
+
+def _canary(a: ResolvedAdapter) -> dict[str, Any]:
+    """The entry's canary for the routing table (``lambda_proxy.canary`` reads it)."""
+    c = a.entry.canary
+    if c is None:
+        return {}
+    pins = {k: v for k, v in (("sha256", c.sha256), ("weights_sha256", c.weights_sha256)) if v}
+    return {
+        "canary": {
+            "component": a.canary_component_name,
+            "version": c.version,
+            "weight": c.weight,
+            "max_error_rate": c.max_error_rate,
+            "window_s": c.window_s,
+            "min_requests": c.min_requests,
+            **pins,
+        }
+    }
 
 
 def _schema(entry: AdapterEntry) -> dict[str, Any]:
@@ -400,21 +460,57 @@ def resolve(catalog: Catalog, env: Environment, catalog_file: str, env_dir: str)
             issues.append(Issue(catalog_file, label, "quota", f"in environment {env.name!r}: "
                                 f"{problem}"))  # fmt: skip
         component = f"{env.prefix}-{a.name}"
-        if len(component) > SAGEMAKER_NAME_MAX or not SAGEMAKER_NAME_RE.match(component):
+        names = (
+            [component]
+            + ([component + CANARY_SUFFIX] if a.canary else [])
+            + ([component + MERGED_SUFFIX] if a.serving == "merged" else [])
+        )
+        bad = [n for n in names if len(n) > SAGEMAKER_NAME_MAX or not SAGEMAKER_NAME_RE.match(n)]
+        for n in bad:
             issues.append(
                 Issue(
                     catalog_file,
                     label,
-                    "name",
-                    f"inference-component name {component!r} ({len(component)} characters) "
-                    f"breaks SageMaker's {SAGEMAKER_NAME_MAX}-character / "
+                    "canary" if n != component else "name",
+                    f"inference-component name {n!r} ({len(n)} characters) breaks "
+                    f"SageMaker's {SAGEMAKER_NAME_MAX}-character / "
                     "^[a-zA-Z0-9](-*[a-zA-Z0-9])*$ rule in environment "
                     f"{env.name!r}",
                 )
             )
+        if bad:
             continue
         profile = env.training.apply(a.profile(), a.name)
         resolved.append(ResolvedAdapter(entry=a, component_name=component, profile=profile))
+    owners: dict[str, str] = {}
+    for r in resolved:
+        for n in r.component_names:
+            if n.lower() in owners:
+                issues.append(
+                    Issue(
+                        catalog_file,
+                        f"adapter {r.name!r}",
+                        "name",
+                        f"inference component {n!r} is also adapter "
+                        f"{owners[n.lower()]!r}'s (a canary's component is "
+                        f"NAME{CANARY_SUFFIX}, a merged entry's NAME{MERGED_SUFFIX})",
+                    )
+                )
+            owners.setdefault(n.lower(), r.name)
+    merged = [r.name for r in resolved if r.merged]
+    needed = env.serving.instances_for_a_rollout(1 + len(merged))
+    if merged and needed > env.serving.max_instance_count:
+        issues.append(
+            Issue(
+                env_file,
+                env_label,
+                "serving.max_instance_count",
+                f"{env.serving.max_instance_count} instances cannot hold the base "
+                f"and {len(merged)} merged component(s) ({', '.join(merged)}) at "
+                f"max_base_copies {env.serving.max_base_copies} with room for a "
+                f"rolling batch: raise it to {needed}",
+            )
+        )
     if issues:
         raise CatalogError(issues)
     return Deployment(

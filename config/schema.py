@@ -255,9 +255,79 @@ class TrainingPlan(_Strict):
         return profile
 
 
-class AdapterEntry(_Strict):
+#: An adapter version as the catalog writes it (also part of the archive's S3 key).
+VERSION_PATTERN = r"^[0-9A-Za-z][0-9A-Za-z.+\-]{0,63}$"
+
+
+class NoCanaryError(ValueError):
+    """A canary version was asked for (``--canary``) of an entry without a canary."""
+
+
+class _Published(_Strict):
+    """What ``training.publish`` records of one version: its archive, the archive's and the
+    weights' sha256 (the runtime reports the weights' with every answer; the router caches an
+    answer only when it matches), and the base revision its gate ran on (``make check``
+    refuses a catalog whose base moved on since)."""
+
+    artifact: str | None = None
+    sha256: str | None = None
+    weights_sha256: str | None = None
+    gated_base_revision: str | None = None
+
+    @field_validator("artifact")
+    @classmethod
+    def _artifact(cls, v: str | None) -> str | None:
+        if v is not None and not ARTIFACT_RE.match(v):
+            raise ValueError(f"{v!r} is not an S3 URI of a .tar.gz (s3://bucket/key.tar.gz)")
+        return v
+
+    @field_validator("sha256", "weights_sha256")
+    @classmethod
+    def _sha(cls, v: str | None) -> str | None:
+        if v is not None and not SHA256_RE.match(v):
+            raise ValueError("must be 64 lowercase hex characters")
+        return v
+
+    def published(self) -> dict[str, str]:
+        """The recorded fields that are set (a promotion or rollback carries them over)."""
+        return self.model_dump(include=set(_Published.model_fields), exclude_none=True)
+
+
+class CanaryConfig(_Published):
+    """A second version of an adapter served beside the stable one, to a share of requests.
+
+    AWS's LoRA guidance: "a dynamic update still deserves staged validation and a known
+    previous adapter". The canary is an adapter component of its own, so the stable version is
+    never touched while it runs; the router sends it ``weight`` percent of new session keys and
+    stops sending it any (``lambda_proxy.canary``) when its error rate over a window passes
+    ``max_error_rate``. ``artifact``/``sha256``/``weights_sha256``/``gated_base_revision`` are
+    written by ``python -m training.publish --canary``, as for the stable version.
+    """
+
+    version: str = Field(pattern=VERSION_PATTERN)
+    weight: int = Field(ge=1, le=50, description="percent of session keys sent to the canary")
+    max_error_rate: float = Field(
+        default=0.05,
+        gt=0.0,
+        lt=1.0,
+        description="the canary's 5xx share over a window past which the router rolls it back",
+    )
+    window_s: int = Field(default=300, ge=10, le=3600, description="the error-rate window")
+    min_requests: int = Field(
+        default=20, ge=1, description="canary requests in a window before its rate can decide"
+    )
+
+
+class PreviousVersion(_Published):
+    """The version a promotion replaced: what ``make rollback`` writes back (its archive stays
+    in S3, since publish never overwrites a version's key)."""
+
+    version: str = Field(pattern=VERSION_PATTERN)
+
+
+class AdapterEntry(_Published):
     name: str = Field(min_length=1)
-    version: str = Field(pattern=r"^[0-9A-Za-z][0-9A-Za-z.+\-]{0,63}$")
+    version: str = Field(pattern=VERSION_PATTERN)
     base: str
     task: str
     description: str = ""
@@ -268,14 +338,6 @@ class AdapterEntry(_Strict):
     training: TrainingOverrides = Field(default_factory=TrainingOverrides)
     dataset: str | None = Field(default=None, description="dataset generator; default: the task")
     dataset_seed: int = 0
-    artifact: str | None = None
-    sha256: str | None = None
-    #: The sha256 of the archive's weights file, which the runtime reports in every answer; the
-    #: router caches an answer only when it matches (written by ``training.publish``).
-    weights_sha256: str | None = None
-    #: The base revision the published version passed its gate on (written by
-    #: ``training.publish``); ``make check`` refuses a catalog whose base moved on since.
-    gated_base_revision: str | None = None
     allow: AccessPolicy = Field(default_factory=AccessPolicy)
     pin: bool = False
     quota: QuotaConfig | None = Field(
@@ -294,6 +356,43 @@ class AdapterEntry(_Strict):
     )
     #: The schema file's document, read and checked by the loader (``config.loader``).
     _json_schema_document: dict | None = PrivateAttr(default=None)
+    canary: CanaryConfig | None = Field(
+        default=None, description="a second version served to a share of requests"
+    )
+    previous: PreviousVersion | None = Field(
+        default=None, description="the version the last promotion replaced (make rollback)"
+    )
+    serving: Literal["adapter", "merged"] = Field(
+        default="adapter",
+        description="adapter: an adapter component on the shared base; merged: the adapter "
+        "merged into its base (training.merge), served by a base component of its own",
+    )
+
+    def version_made(self, canary: bool) -> str:
+        """The version a training run or a publish makes: the entry's, or with ``canary`` its
+        canary's."""
+        if not canary:
+            return self.version
+        if self.canary is None:
+            raise NoCanaryError(
+                f"adapter {self.name!r} has no canary: add canary: {{version: V, "
+                "weight: PERCENT}} to its catalog entry first"
+            )
+        return self.canary.version
+
+    @model_validator(mode="after")
+    def _versions(self) -> AdapterEntry:
+        if self.canary is not None and self.serving == "merged":
+            raise ValueError(
+                "a merged entry (serving: merged) cannot carry a canary: a canary is an adapter "
+                "component beside the stable one; canary the version as an adapter first"
+            )
+        if self.canary is not None and self.canary.version == self.version:
+            raise ValueError(
+                f"canary.version {self.version!r} is the stable version: a canary is another "
+                "version (promote it with make promote ADAPTER=NAME)"
+            )
+        return self
 
     @field_validator("json_schema")
     @classmethod
@@ -328,20 +427,6 @@ class AdapterEntry(_Strict):
     def _task(cls, v: str) -> str:
         if v not in TASK_PROFILES:
             raise ValueError(f"unknown task {v!r} (known: {', '.join(sorted(TASK_PROFILES))})")
-        return v
-
-    @field_validator("artifact")
-    @classmethod
-    def _artifact(cls, v: str | None) -> str | None:
-        if v is not None and not ARTIFACT_RE.match(v):
-            raise ValueError(f"{v!r} is not an S3 URI of a .tar.gz (s3://bucket/key.tar.gz)")
-        return v
-
-    @field_validator("sha256", "weights_sha256")
-    @classmethod
-    def _sha(cls, v: str | None) -> str | None:
-        if v is not None and not SHA256_RE.match(v):
-            raise ValueError("must be 64 lowercase hex characters")
         return v
 
     def profile(self) -> TaskProfile:
@@ -420,9 +505,10 @@ class ServingConfig(_Strict):
             )
         return self
 
-    def instances_for_a_rollout(self) -> int:
-        """Instances the largest rolling update needs: every copy at ``max_base_copies`` plus
-        one batch of new ones, at as many copies per instance as its accelerators allow."""
+    def instances_for_a_rollout(self, components: int = 1) -> int:
+        """Instances the largest rolling update needs: every copy of ``components`` base-like
+        components (the base, and each ``serving: merged`` entry's) at ``max_base_copies``,
+        plus one batch of new ones, at as many copies per instance as accelerators allow."""
         from config.plan import DEVICES  # config.plan imports this module
 
         device = DEVICES.get(self.instance_type)
@@ -430,7 +516,7 @@ class ServingConfig(_Strict):
             return 0  # CPU copies share an instance; an unknown type is the planner's to refuse
         per_instance = max(1, device[2] // self.accelerators)
         batch = math.ceil(self.max_base_copies * ROLLOUT_BATCH_PERCENT / 100)
-        return math.ceil((self.max_base_copies + batch) / per_instance)
+        return math.ceil((components * self.max_base_copies + batch) / per_instance)
 
 
 class CacheConfig(_Strict):

@@ -6,8 +6,12 @@ survive; the result is re-validated and the file restored if it would not load.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from config.loader import CATALOG_PATH, CatalogError, load_catalog
 
@@ -25,10 +29,12 @@ def set_artifact(name: str, artifact: str | None, sha256: str, path: Path = CATA
         fields["weights_sha256"] = weights_sha256
     if gated_base_revision is not None:
         fields["gated_base_revision"] = gated_base_revision
-    _set_adapter_fields(name, fields, path)
+    update_adapter(name, fields, path)
 
 
-def _set_adapter_fields(name: str, fields: dict[str, str], path: Path) -> None:
+def update_adapter(name: str, fields: dict[str, Any], path: Path = CATALOG_PATH) -> None:
+    """Set top-level fields of one adapter entry: a scalar as ``key: value``, a mapping as a
+    block under its key, ``None`` removes the field (with its block)."""
     original = path.read_text(encoding="utf-8")
     lines = original.splitlines(keepends=True)
     found = [
@@ -43,9 +49,39 @@ def _set_adapter_fields(name: str, fields: dict[str, str], path: Path) -> None:
     while end < len(lines) and lines[end].startswith(indent):
         end += 1
     names = "|".join(re.escape(k) for k in fields)
-    keep = [x for x in lines[start + 1 : end] if not re.match(rf"^{indent}({names}):", x)]
-    lines[start + 1 : end] = [*keep, *(f"{indent}{k}: {v}\n" for k, v in fields.items())]
+    keep, dropping = [], False
+    for line in lines[start + 1 : end]:
+        if re.match(rf"^{indent}({names}):", line):
+            dropping = True  # the field's own line, then its deeper block
+        elif dropping and not line.startswith((indent + " ", indent + "-")):
+            dropping = False
+        if not dropping:
+            keep.append(line)
+    added = [x for k, v in fields.items() if v is not None for x in _field_lines(indent, k, v)]
+    lines[start + 1 : end] = [*keep, *added]
     _write_checked(path, original, "".join(lines))
+
+
+def _field_lines(indent: str, key: str, value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [
+            f"{indent}{key}:\n",
+            *(x for k, v in value.items() for x in _field_lines(indent + "  ", k, v)),
+        ]
+    return [f"{indent}{key}: {_scalar(value)}\n"]
+
+
+def _scalar(value: Any) -> str:
+    """``value`` as YAML reads it back: plain where that is the same value (a hash, a URI),
+    else as JSON, whose scalars are YAML's (a version "2" stays a string)."""
+    plain = str(value)
+    if isinstance(value, str) and plain and "#" not in plain and ": " not in plain:
+        try:
+            if yaml.safe_load(f"k: {plain}") == {"k": value}:
+                return plain
+        except yaml.YAMLError:
+            pass
+    return json.dumps(value)
 
 
 def set_base_field(base: str, field: str, value: str, path: Path = CATALOG_PATH) -> None:

@@ -48,10 +48,13 @@ def artifact_bucket_name(dep: Deployment) -> str:
     return dep.env.artifact_bucket or f"{dep.env.prefix}-artifacts-{Aws.ACCOUNT_ID}-{Aws.REGION}"
 
 
-def artifact_url(dep: Deployment, a: ResolvedAdapter) -> str:
-    if a.entry.artifact:
-        return a.entry.artifact
-    key = f"{ADAPTER_PREFIX}{a.name}/{a.entry.version}/adapter.tar.gz"
+def artifact_url(dep: Deployment, a: ResolvedAdapter, *, canary: bool = False) -> str:
+    """The archive of the stable version, or of the canary's with ``canary``."""
+    published = a.entry.canary if canary and a.entry.canary else a.entry
+    if published.artifact:
+        return published.artifact
+    version = a.entry.canary.version if canary and a.entry.canary else a.entry.version
+    key = f"{ADAPTER_PREFIX}{a.name}/{version}/adapter.tar.gz"
     return f"s3://{artifact_bucket_name(dep)}/{key}"
 
 
@@ -65,19 +68,37 @@ class AdapterComponents(Construct):
     ):
         super().__init__(scope, id)
         self.components: dict[str, sm.CfnInferenceComponent] = {}
+        # A merged entry is a base component of its own, in the serving stack (infra.serving).
+        members = [a for a in members if not a.merged]
         if not members:
             # A template needs one resource; this one costs nothing and creates nothing.
             CfnWaitConditionHandle(self, "EmptyShard")
         for a in members:
-            self.components[a.name] = sm.CfnInferenceComponent(
-                self,
-                construct_id(a.name),
-                endpoint_name=dep.endpoint_name,
-                inference_component_name=a.component_name,
-                specification=sm.CfnInferenceComponent.InferenceComponentSpecificationProperty(
-                    base_inference_component_name=dep.base_component_name,
-                    container=sm.CfnInferenceComponent.InferenceComponentContainerSpecificationProperty(
-                        artifact_url=artifact_url(dep, a)
-                    ),
-                ),
+            self.components[a.name] = self._component(
+                dep, construct_id(a.name), a.component_name, artifact_url(dep, a)
             )
+            if a.canary_component_name:
+                # A canary is a component of its own beside the stable one, which it never
+                # touches; promoting it updates the stable one's artifact and removes this.
+                self.components[a.canary_component_name] = self._component(
+                    dep,
+                    construct_id(a.name) + "Canary",
+                    a.canary_component_name,
+                    artifact_url(dep, a, canary=True),
+                )
+
+    def _component(
+        self, dep: Deployment, cid: str, name: str, artifact: str
+    ) -> sm.CfnInferenceComponent:
+        return sm.CfnInferenceComponent(
+            self,
+            cid,
+            endpoint_name=dep.endpoint_name,
+            inference_component_name=name,
+            specification=sm.CfnInferenceComponent.InferenceComponentSpecificationProperty(
+                base_inference_component_name=dep.base_component_name,
+                container=sm.CfnInferenceComponent.InferenceComponentContainerSpecificationProperty(
+                    artifact_url=artifact
+                ),
+            ),
+        )

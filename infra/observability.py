@@ -21,7 +21,7 @@ from constructs import Construct
 
 from config import Deployment
 from infra.lifecycle import removal_policy
-from infra.serving import container_log_groups
+from infra.serving import base_log_groups
 
 NAMESPACE = "LoraFleet"
 ROUTER_SERVICE = "lora-router"
@@ -62,7 +62,7 @@ class Observability(Construct):
         # says why there are two groups.
         groups = [
             logs.LogGroup.from_log_group_name(self, f"ContainerLogs{i}", name)
-            for i, name in enumerate(container_log_groups(dep))
+            for i, name in enumerate(base_log_groups(dep))
         ]
         for (metric, event, value, unit), (i, group) in itertools.product(
             (
@@ -160,6 +160,17 @@ class Observability(Construct):
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
                 alarm_description="Streams that failed after they began (SageMaker errors, "
                 "timeouts) with a 5xx status.",
+            ),
+            # The router switched a canary off (lambda_proxy.canary): its error rate passed the
+            # entry's threshold. The router's log holds the adapter, version and reason.
+            "CanaryRollback": router("CanaryRollback").create_alarm(
+                self, "CanaryRollbackAlarm", alarm_name=f"{prefix}-canary-rollback",
+                threshold=1, evaluation_periods=1,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                alarm_description="The router rolled a canary back to its stable version (its "
+                "5xx rate passed the entry's max_error_rate); the router log's 'canary rolled "
+                "back' line names it. Remove or replace the canary: make rollback ADAPTER=NAME.",
             ),
             "RouterLatency": gw("Latency", "p99").create_alarm(
                 self, "RouterLatencyAlarm", alarm_name=f"{prefix}-router-latency-p99",

@@ -180,13 +180,25 @@ class PipelineStack(Stack):
                   arn("cloudformation", "stack", "lora-fleet-account/*")]  # fmt: skip
         objects = [f"arn:{stack.partition}:s3:::{bucket}/{p}*"
                    for p in ("base/", "adapters/", "release/")]  # fmt: skip
-        self._release_arns.append([*stacks, *objects, arn("kms", "key", "*")])
+        packages = [
+            arn("sagemaker", "model-package-group", f"{prefix}-*"),
+            arn("sagemaker", "model-package", f"{prefix}-*/*"),
+        ]
+        self._release_arns.append([*stacks, *objects, arn("kms", "key", "*"), *packages])
         statements = [
             iam.PolicyStatement(actions=["cloudformation:DescribeStacks",
                                          "cloudformation:GetTemplate"], resources=stacks),
             iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=objects),
             iam.PolicyStatement(actions=["s3:ListBucket"],
                                 resources=[f"arn:{stack.partition}:s3:::{bucket}"]),
+            # Publish registers each version in its adapter's model package group, pending
+            # approval; the release's approval step reads the packages (training.registry).
+            # Approving is a person's (training.approve), so UpdateModelPackage is not here.
+            iam.PolicyStatement(
+                actions=["sagemaker:CreateModelPackage", "sagemaker:DescribeModelPackage",
+                         "sagemaker:ListModelPackages"],
+                resources=packages,
+            ),
             iam.PolicyStatement(
                 actions=["kms:GenerateDataKey", "kms:Decrypt"], resources=[arn("kms", "key", "*")],
                 conditions={"ForAnyValue:StringEquals": {
@@ -341,6 +353,8 @@ class PipelineStack(Stack):
             "artifact bucket, whose object keys carry revisions and versions.",
             "kms": "Any key id, but only the key whose alias is the environment's data key "
             "(kms:ResourceAliases condition); the key's id exists only after its stack deploys.",
+            "sagemaker": "The environment's model package groups (named PREFIX-ADAPTER, one per "
+            "adapter) and their versions, whose ARNs end in a version number SageMaker assigns.",
         }
         for arns in self._release_arns:
             for arn in arns:

@@ -12,9 +12,13 @@ This command does the steps in order:
                 config and tokenizer files only), uploaded with SSE-KMS under the base prefix, with
                 the tokenizer sha256 checked against the catalog, or written into it when unpinned;
 4. ``adapters`` make every adapter archive present: upload an existing one through
-                ``training.publish``'s gates, or train it (``training.launch``) and publish that;
-5. ``deploy``   deploy every other stack;
-6. ``smoke``    invoke every adapter once through the router (``infra.smoke``).
+                ``training.publish``'s gates, or train it (``training.launch``) and publish that,
+                which registers it in the Model Registry pending approval (a canary's archive
+                is published by hand, ``training.publish --canary``);
+5. ``approval`` every version it deploys (stable and canary) approved in the Model Registry
+                for the archive the catalog pins (``training.approve``); it stops here if not;
+6. ``deploy``   deploy every other stack;
+7. ``smoke``    invoke every adapter once through the router (``infra.smoke``).
 
 ``--dry-run`` prints each step as done or missing and changes nothing. Every outside tool
 (docker, the CDK CLI, the hub, training jobs, the smoke check) is reached through ``Tools``, which
@@ -41,7 +45,8 @@ from typing import Any
 
 from config import CATALOG_PATH, ENVIRONMENTS_DIR, Deployment, load_deployment
 from config.compat import TOKENIZER_FILES, tokenizer_sha256
-from infra.storage import ADAPTER_PREFIX, BASE_PREFIX
+from infra.storage import ADAPTER_PREFIX, BASE_PREFIX, MERGED_PREFIX
+from training.merge import MERGED_MANIFEST
 from training.package import sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +57,7 @@ BASE_FILES = ["*.safetensors", "*.safetensors.index.json", "config.json",
 #: "the weights are staged" means, so an interrupted upload is redone.
 BASE_MANIFEST = "release-manifest.json"
 STABLE = {"CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE", "IMPORT_COMPLETE"}
-STEPS = ("stacks", "image", "weights", "adapters", "deploy", "smoke")
+STEPS = ("stacks", "image", "weights", "adapters", "approval", "deploy", "smoke")
 
 
 def comparable(template: dict[str, Any]) -> dict[str, Any]:
@@ -101,6 +106,12 @@ class Tools:
 
         return Path(snapshot_download(repo_id=repo_id, revision=revision, local_dir=dest,
                                       allow_patterns=BASE_FILES))  # fmt: skip
+
+    def merge(self, base_dir: Path, archive: Path, out: Path) -> dict[str, Any]:
+        """The adapter merged into the base (``training.merge``); its merged manifest."""
+        from training.merge import merge
+
+        return merge(base_dir, archive, out)
 
     def train(self, adapter: str, env: str, role: str) -> str:
         """Run the adapter's SageMaker training job; the S3 URI of its output model.tar.gz."""
@@ -153,6 +164,7 @@ class Release:
         self.ecr = self.session.client("ecr", region_name=self.region)
         self.cfn = self.session.client("cloudformation", region_name=self.region)
         self.kms = self.session.client("kms", region_name=self.region)
+        self.sm = self.session.client("sagemaker", region_name=self.region)
         self._templates: dict[str, dict] | None = None
         self._outdir = Path(tempfile.mkdtemp(prefix=f"release-{self.env}-"))
 
@@ -293,27 +305,55 @@ class Release:
     def adapter_key(self, name: str, version: str) -> str:
         return f"{ADAPTER_PREFIX}{name}/{version}/adapter.tar.gz"
 
-    def adapter_state(self, name: str) -> str:
-        """``done`` when the archive is in the bucket with the catalog's hash (when pinned)."""
+    def adapter_state(self, name: str, canary: bool = False) -> str:
+        """``done`` when the archive is in the bucket with the catalog's hash (when pinned);
+        ``canary``: the entry's canary version's archive."""
         from botocore.exceptions import ClientError
 
         entry = self.dep.adapter(name).entry
-        if entry.artifact:
+        published = entry.canary if canary and entry.canary else entry
+        version = entry.version_made(canary)
+        if published.artifact:
             return (
                 "done (external artifact)"
-                if self._object_exists(entry.artifact)
-                else (f"{entry.artifact} not found")
+                if self._object_exists(published.artifact)
+                else (f"{published.artifact} not found")
             )
         try:
-            head = self.s3.head_object(
-                Bucket=self.bucket, Key=self.adapter_key(name, entry.version)
-            )
+            head = self.s3.head_object(Bucket=self.bucket, Key=self.adapter_key(name, version))
         except ClientError:
             return "no archive in the bucket"
         digest = head.get("Metadata", {}).get("sha256")
-        if entry.sha256 and digest != entry.sha256:
-            return f"the bucket's archive has sha256 {digest}, the catalog pins {entry.sha256}"
+        if published.sha256 and digest != published.sha256:
+            return f"the bucket's archive has sha256 {digest}, the catalog pins {published.sha256}"
         return "done"
+
+    def merged_key(self, name: str, version: str) -> str:
+        return f"{MERGED_PREFIX}{name}/{version}/{MERGED_MANIFEST}"
+
+    def merged_missing(self) -> list[str]:
+        """``serving: merged`` entries whose merged weights are not staged for the archive the
+        catalog pins (the merged manifest records the archive's sha256)."""
+        out = []
+        for a in self.dep.adapters:
+            if not a.merged:
+                continue
+            staged = self._get_json(self.merged_key(a.name, a.entry.version))
+            if staged is None:
+                out.append(f"{a.name}: merged weights not staged")
+            elif a.entry.sha256 and (staged.get("adapter") or {}).get("sha256") != a.entry.sha256:
+                out.append(f"{a.name}: the staged merged weights are of another archive")
+        return out
+
+    def canaries_missing(self) -> list[str]:
+        """Canary versions whose archive is not published: deliberate releases, published by
+        hand (``training.publish --canary``), never trained by a release."""
+        return [
+            f"{a.name} canary {a.entry.canary.version}: {s}"
+            for a in self.dep.adapters
+            if a.entry.canary is not None
+            and not (s := self.adapter_state(a.name, canary=True)).startswith("done")
+        ]
 
     def _object_exists(self, uri: str) -> bool:
         from botocore.exceptions import ClientError
@@ -353,8 +393,19 @@ class Release:
                 return [f"s3://{self.bucket}/{self.base_prefix()} not staged"]
             return []
         if step == "adapters":
-            return [f"{a.name}: {s}" for a in self.dep.adapters
-                    if not (s := self.adapter_state(a.name)).startswith("done")]  # fmt: skip
+            return (
+                [
+                    f"{a.name}: {s}"
+                    for a in self.dep.adapters
+                    if not (s := self.adapter_state(a.name)).startswith("done")
+                ]
+                + self.canaries_missing()
+                + self.merged_missing()
+            )
+        if step == "approval":
+            from training.registry import approval_problems
+
+            return approval_problems(self.sm, self.dep, self.env)
         if step == "deploy":
             return self._stacks_missing(sorted(self.templates))
         if step == "smoke":
@@ -452,6 +503,11 @@ class Release:
     def _do_adapters(self) -> None:
         from training.publish import PublishError, publish
 
+        if canaries := self.canaries_missing():
+            raise ReleaseError(
+                "publish each canary first (python -m training.publish --env "
+                f"{self.env} --adapter NAME --canary --archive PATH): " + "; ".join(canaries)
+            )
         missing = [a for a in self.dep.adapters
                    if not self.adapter_state(a.name).startswith("done")]  # fmt: skip
         untrained = [a.name for a in missing if not (self.archives / f"{a.name}.tar.gz").exists()]
@@ -467,14 +523,75 @@ class Release:
                 archive = self._trained_archive(a.name)
             self.log(f"  {a.name}: publishing {archive.name} through the publish gates")
             try:
-                publish(archive, a.name, self.env, bucket=self.bucket, s3=self.s3,
-                        catalog=self.catalog, environments_dir=self.environments_dir,
-                        record_uri=False, kms_key=self._kms_key(), base_dir=self.base_dir,
-                        describe_job=self.tools.training_job)  # fmt: skip
+                publish(
+                    archive,
+                    a.name,
+                    self.env,
+                    bucket=self.bucket,
+                    s3=self.s3,
+                    catalog=self.catalog,
+                    environments_dir=self.environments_dir,
+                    record_uri=False,
+                    kms_key=self._kms_key(),
+                    base_dir=self.base_dir,
+                    describe_job=self.tools.training_job,
+                    registry=self.sm,
+                )
             except PublishError as exc:
                 raise ReleaseError(f"{a.name}: {exc}") from None
         if missing:
             self._catalog_changed()
+        if self.merged_missing():
+            self._stage_merged()
+
+    def _stage_merged(self) -> None:
+        """Merge each ``serving: merged`` entry's published archive into the base and upload
+        the result under ``merged/NAME/VERSION/`` (SSE-KMS), the merged manifest last: its
+        presence is what marks the prefix complete."""
+        from botocore.exceptions import ClientError
+
+        base = self.dep.base
+        missing = set(self.merged_missing())
+        todo = [
+            a
+            for a in self.dep.adapters
+            if a.merged and any(m.startswith(f"{a.name}:") for m in missing)
+        ]
+        with tempfile.TemporaryDirectory(prefix="merge-") as tmp:
+            work = Path(tmp)
+            base_dir = self.base_dir
+            if base_dir is None:
+                self.log(f"  downloading {base.model_id}@{base.revision} to merge into")
+                (work / "base").mkdir()
+                base_dir = self.tools.download_base(base.model_id, base.revision, work / "base")
+            for a in todo:
+                archive = work / f"{a.name}.tar.gz"
+                key = self.adapter_key(a.name, a.entry.version)
+                try:
+                    self.s3.download_file(self.bucket, key, str(archive))
+                except ClientError as exc:
+                    raise ReleaseError(
+                        f"{a.name}: cannot read s3://{self.bucket}/{key} to merge ({exc})"
+                    ) from None
+                out = work / f"{a.name}-merged"
+                self.log(f"  {a.name}: merging {a.entry.version} into {base.model_id}")
+                manifest = self.tools.merge(Path(base_dir), archive, out)
+                if a.entry.sha256 and manifest["adapter"]["sha256"] != a.entry.sha256:
+                    raise ReleaseError(
+                        f"{a.name}: the published archive is not the one the catalog pins"
+                    )
+                prefix = f"{MERGED_PREFIX}{a.name}/{a.entry.version}/"
+                for path in sorted(p for p in out.iterdir() if p.name != MERGED_MANIFEST):
+                    self.s3.upload_file(
+                        str(path),
+                        self.bucket,
+                        prefix + path.name,
+                        ExtraArgs={
+                            "ServerSideEncryption": "aws:kms",
+                            "SSEKMSKeyId": self._kms_key(),
+                        },
+                    )
+                self._put_json(prefix + MERGED_MANIFEST, manifest)
 
     def _trained_archive(self, name: str) -> Path:
         uri = self.tools.train(name, self.env, self.training_role or "")
@@ -487,6 +604,14 @@ class Release:
                 raise ReleaseError(f"{uri} holds no {name}.tar.gz")
             tar.extract(member, out, filter="data")
         return out / f"{name}.tar.gz"
+
+    def _do_approval(self) -> None:
+        """Approval is a person's or a named check's (``training.approve``): the release stops
+        here until every version it would deploy is approved."""
+        raise ReleaseError(
+            "the Model Registry has not approved every version this release "
+            "deploys: " + "; ".join(self.status("approval"))
+        )
 
     def _do_deploy(self) -> None:
         self._cdk_deploy(["--all"])

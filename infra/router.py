@@ -372,8 +372,11 @@ def invoke_policies(scope: Construct, stack: Stack, dep: Deployment) -> list[iam
     policies by default)."""
     endpoint = stack.format_arn(service="sagemaker", resource="endpoint",
                                 resource_name=dep.endpoint_name)  # fmt: skip
-    arns = [stack.format_arn(service="sagemaker", resource="inference-component",
-                             resource_name=a.component_name) for a in dep.adapters]  # fmt: skip
+    arns = [
+        stack.format_arn(service="sagemaker", resource="inference-component", resource_name=name)
+        for a in dep.adapters
+        for name in a.component_names
+    ]
     chunks = [arns[i : i + COMPONENTS_PER_POLICY]
               for i in range(0, len(arns), COMPONENTS_PER_POLICY)] or [[]]  # fmt: skip
     return [

@@ -26,12 +26,13 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sagemaker as sm
 from constructs import Construct
 
-from config import Deployment
+from config import Deployment, ResolvedAdapter
 from config.plan import plan
 from config.schema import ROLLOUT_BATCH_PERCENT
+from infra.adapters import construct_id as id_of
 from infra.lifecycle import removal_policy, retention
 from infra.nag import acknowledge, checkov_skip
-from infra.storage import ADAPTER_PREFIX, BASE_PREFIX
+from infra.storage import ADAPTER_PREFIX, BASE_PREFIX, MERGED_PREFIX
 
 VARIANT = "AllTraffic"
 #: The image runs vLLM 0.32.0's CUDA build, whose torch 2.13.0 is built on CUDA 13.0
@@ -57,12 +58,39 @@ def endpoint_log_group_name(endpoint_name: str) -> str:
     return f"/aws/sagemaker/Endpoints/{endpoint_name}"
 
 
+def base_log_groups(dep: Deployment) -> list[str]:
+    """Both groups the base container's lines may land in: components log to their own group,
+    and AWS's logging page still documents only the endpoint's; the adapter metric filters
+    read both (adapters load in the base container)."""
+    return [
+        component_log_group_name(dep.base_component_name),
+        endpoint_log_group_name(dep.endpoint_name),
+    ]
+
+
 def container_log_groups(dep: Deployment) -> list[str]:
-    """Both groups a container's lines may land in: components log to their own group, and
-    AWS's logging page still documents only the endpoint's; each is created encrypted with
-    retention, and the metric filters read both."""
-    return [component_log_group_name(dep.base_component_name),
-            endpoint_log_group_name(dep.endpoint_name)]  # fmt: skip
+    """Every group a container writes to, each created encrypted with retention: the base's,
+    then each merged entry's component's own."""
+    return [
+        *base_log_groups(dep),
+        *(component_log_group_name(a.serving_component) for a in merged_adapters(dep)),
+    ]
+
+
+def merged_adapters(dep: Deployment) -> list[ResolvedAdapter]:
+    """The entries with ``serving: merged``: each a base component of its own."""
+    return [a for a in dep.adapters if a.merged]
+
+
+def merged_environment(dep: Deployment) -> dict[str, str]:
+    """A merged model's server: the base's options without LoRA (no slots preallocated, no
+    adapter registered; ``runtime.merged``)."""
+    env = {
+        k: v
+        for k, v in container_environment(dep).items()
+        if k not in ("OPTION_MAX_LORAS", "OPTION_MAX_CPU_LORAS", "OPTION_MAX_LORA_RANK")
+    }
+    return env | {"OPTION_ENABLE_LORA": "false"}
 
 
 #: Instance families with local NVMe instance storage (EC2's instance-store table; SageMaker's
@@ -165,8 +193,10 @@ class Serving(Construct):
                 retention=retention(env.observability.log_retention_days),
                 encryption_key=key, removal_policy=removal_policy(env),
             )
-            for construct_id, name in zip(("BaseComponentLogs", "EndpointLogs"),
-                                          container_log_groups(dep), strict=True)
+            for construct_id, name in zip(
+                ("BaseComponentLogs", "EndpointLogs",
+                 *(f"{id_of(a.name)}MergedLogs" for a in merged_adapters(dep))),
+                container_log_groups(dep), strict=True)
         ]  # fmt: skip
         self.role = iam.Role(
             self,
@@ -182,30 +212,7 @@ class Serving(Construct):
         model_data = dep.base.model_data or bucket.s3_url_for_object(
             f"{BASE_PREFIX}{dep.base_key}/{dep.base.revision}/"
         )
-        # No ModelName, no VpcConfig, no EnableNetworkIsolation: see the module docstring; the
-        # VPC and isolation of an inference-component endpoint are the endpoint config's.
-        self.model = sm.CfnModel(
-            self,
-            "Model",
-            execution_role_arn=self.role.role_arn,
-            primary_container=sm.CfnModel.ContainerDefinitionProperty(
-                image=self.image.uri,
-                model_data_source=sm.CfnModel.ModelDataSourceProperty(
-                    s3_data_source=sm.CfnModel.S3DataSourceProperty(
-                        s3_uri=model_data, s3_data_type="S3Prefix", compression_type="None"
-                    )
-                ),
-                environment=container_environment(dep),
-            ),
-        )
-        checkov_skip(
-            self.model,
-            CKV_AWS_370="The model is hosted by inference components, whose network isolation "
-            "is the endpoint config's EnableNetworkIsolation (set to true below), per "
-            "CreateEndpointConfig in SageMaker's API reference.",
-        )
-        # SageMaker checks the role's permissions when it creates the model.
-        self.model.node.add_dependency(self.policy)
+        self.model = self._model("Model", model_data, container_environment(dep))
         # CreateEndpointConfig's EnableNetworkIsolation and VpcConfig (botocore's sagemaker
         # model): "whether all model containers deployed to the endpoint are isolated" and the
         # VPC the hosted models reach. Every property here is create-only; the config has no
@@ -302,20 +309,84 @@ class Serving(Construct):
                     "SageMaker's rolling update reads this alarm's state to roll back; the "
                     "observability stack's endpoint 5xx alarm notifies on-call.",
                 )
+        self.base_component = self._component(
+            "BaseComponent",
+            self.base_component_name,
+            self.model,
+            dep,
+            [a.alarm_name for a in self.rollback_alarms],
+        )
+        for group in self.log_groups:
+            self.base_component.node.add_dependency(group)
+        self._copies("BaseCopies", self.base_component, dep)
+
+        # The merged entries: each its own model (the merged weights, no LoRA), component and
+        # scaling on this endpoint (seed 002's "dedicated serving path"); the router sends the
+        # entry's requests there (its routing-table component).
+        self.merged_components: dict[str, sm.CfnInferenceComponent] = {}
+        for a in merged_adapters(dep):
+            model = self._model(
+                f"{id_of(a.name)}MergedModel",
+                bucket.s3_url_for_object(f"{MERGED_PREFIX}{a.name}/{a.entry.version}/"),
+                merged_environment(dep),
+            )
+            component = self._component(
+                f"{id_of(a.name)}MergedComponent",
+                a.serving_component,
+                model,
+                dep,
+                [self.rollback_alarms[0].alarm_name],
+            )
+            for group in self.log_groups:
+                component.node.add_dependency(group)
+            self._copies(f"{id_of(a.name)}MergedCopies", component, dep)
+            self.merged_components[a.name] = component
+
+    def _model(self, cid: str, model_data: str, environment: dict[str, str]) -> sm.CfnModel:
+        # No ModelName, no VpcConfig, no EnableNetworkIsolation: see the module docstring; the
+        # VPC and isolation of an inference-component endpoint are the endpoint config's.
+        model = sm.CfnModel(
+            self,
+            cid,
+            execution_role_arn=self.role.role_arn,
+            primary_container=sm.CfnModel.ContainerDefinitionProperty(
+                image=self.image.uri,
+                model_data_source=sm.CfnModel.ModelDataSourceProperty(
+                    s3_data_source=sm.CfnModel.S3DataSourceProperty(
+                        s3_uri=model_data, s3_data_type="S3Prefix", compression_type="None"
+                    )
+                ),
+                environment=environment,
+            ),
+        )
+        checkov_skip(
+            model,
+            CKV_AWS_370="The model is hosted by inference components, whose network isolation "
+            "is the endpoint config's EnableNetworkIsolation (set to true below), per "
+            "CreateEndpointConfig in SageMaker's API reference.",
+        )
+        # SageMaker checks the role's permissions when it creates the model.
+        model.node.add_dependency(self.policy)
+        return model
+
+    def _component(
+        self, cid: str, name: str, model: sm.CfnModel, dep: Deployment, alarms: list[str]
+    ) -> sm.CfnInferenceComponent:
+        s = dep.env.serving
         # Batches as a share of the copy count: SageMaker requires MaximumBatchSize to be 5% to
         # 50% of the component's copies (botocore's sagemaker model,
         # InferenceComponentRollingUpdatePolicy), which no whole number of copies is for one.
         half = sm.CfnInferenceComponent.InferenceComponentCapacitySizeProperty(
             type="CAPACITY_PERCENT", value=ROLLOUT_BATCH_PERCENT
         )
-        self.base_component = sm.CfnInferenceComponent(
+        component = sm.CfnInferenceComponent(
             self,
-            "BaseComponent",
+            cid,
             endpoint_name=self.endpoint_name,
-            inference_component_name=self.base_component_name,
+            inference_component_name=name,
             variant_name=VARIANT,
             specification=sm.CfnInferenceComponent.InferenceComponentSpecificationProperty(
-                model_name=self.model.attr_model_name,
+                model_name=model.attr_model_name,
                 compute_resource_requirements=sm.CfnInferenceComponent.InferenceComponentComputeResourceRequirementsProperty(
                     number_of_accelerator_devices_required=s.accelerators,
                     number_of_cpu_cores_required=s.cpu_cores,
@@ -339,20 +410,21 @@ class Serving(Construct):
                     maximum_execution_timeout_in_seconds=rollout_timeout_s(dep),
                 ),
                 auto_rollback_configuration=sm.CfnInferenceComponent.AutoRollbackConfigurationProperty(
-                    alarms=[sm.CfnInferenceComponent.AlarmProperty(alarm_name=a.alarm_name)
-                            for a in self.rollback_alarms]
+                    alarms=[sm.CfnInferenceComponent.AlarmProperty(alarm_name=a) for a in alarms]
                 ),
             ),
         )  # fmt: skip
-        self.base_component.add_resource_dependency(self.endpoint)
-        for group in self.log_groups:
-            self.base_component.node.add_dependency(group)
+        component.add_resource_dependency(self.endpoint)
+        return component
 
+    def _copies(self, cid: str, component: sm.CfnInferenceComponent, dep: Deployment) -> None:
+        s = dep.env.serving
+        stack = Stack.of(self)
         target = appscaling.ScalableTarget(
             self,
-            "BaseCopies",
+            cid,
             service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
-            resource_id=f"inference-component/{self.base_component_name}",
+            resource_id=f"inference-component/{component.inference_component_name}",
             scalable_dimension="sagemaker:inference-component:DesiredCopyCount",
             min_capacity=s.base_copies,
             max_capacity=s.max_base_copies,
@@ -362,11 +434,11 @@ class Serving(Construct):
             # schema: "To automatically create a service-linked role (recommended), specify the
             # full ARN of the service-linked role in your stack template."
             role=iam.Role.from_role_arn(
-                self, "AutoScalingServiceLinkedRole", autoscaling_service_linked_role(stack),
+                self, f"{cid}ServiceLinkedRole", autoscaling_service_linked_role(stack),
                 mutable=False,
             ),
         )  # fmt: skip
-        target.node.add_dependency(self.base_component)
+        target.node.add_dependency(component)
         target.scale_to_track_metric(
             "ConcurrentRequestsPerCopy",
             target_value=float(s.max_batch_size),
@@ -420,13 +492,18 @@ def execution_policy(
                 resources=[
                     bucket.arn_for_objects(f"{BASE_PREFIX}*"),
                     bucket.arn_for_objects(f"{ADAPTER_PREFIX}*"),
+                    bucket.arn_for_objects(f"{MERGED_PREFIX}*"),
                 ],
             ),
             iam.PolicyStatement(
                 sid="ListModelAndAdapterPrefixes",
                 actions=["s3:ListBucket"],
                 resources=[bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{BASE_PREFIX}*", f"{ADAPTER_PREFIX}*"]}},
+                conditions={
+                    "StringLike": {
+                        "s3:prefix": [f"{BASE_PREFIX}*", f"{ADAPTER_PREFIX}*", f"{MERGED_PREFIX}*"]
+                    }
+                },
             ),
             iam.PolicyStatement(
                 sid="DecryptArtifacts",
@@ -494,6 +571,8 @@ def execution_policy(
         "prefix: the base weights, whose keys depend on the model revision.",
         f"AwsSolutions-IAM5[Resource::{bucket_arn}/adapters/*]": "Objects under the "
         "adapters/ prefix: one archive per adapter version, added without redeploying.",
+        f"AwsSolutions-IAM5[Resource::{bucket_arn}/merged/*]": "Objects under the merged/ "
+        "prefix: the weights of each serving: merged entry, keyed by adapter and version.",
         **{
             f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:{stack.region}:"
             f"<AWS::AccountId>:log-group:{group}:*]": "Streams of this endpoint's own log "

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,9 +81,11 @@ def router_url(dep: Deployment) -> str:
     raise SystemExit(f"stack {stack} has no RouterUrl output; is the router deployed?")
 
 
-def _signed(url: str, body: bytes, region: str) -> urllib.request.Request:
+def _signed(
+    url: str, body: bytes, region: str, extra: dict[str, str] | None = None
+) -> urllib.request.Request:
     """A request signed for execute-api with the caller's credentials (none: unsigned)."""
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", **(extra or {})}
     import boto3
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
@@ -95,40 +99,86 @@ def _signed(url: str, body: bytes, region: str) -> urllib.request.Request:
 
 
 def invoke_all(dep: Deployment, url: str, timeout_s: float = 60.0) -> list[Result]:
+    """One request per adapter; for an adapter with a canary, requests under new session keys
+    until the canary's version answers too (the router sends it ``weight`` percent of new
+    keys), and a failed result for it when it never does (rolled back by the router)."""
     base = url.rstrip("/")
     if not base.startswith(("https://", "http://")):
         raise SystemExit(f"router URL {url!r} is not http(s)")
     results = []
+    run = uuid.uuid4().hex[:8]
     for a in dep.adapters:
-        body = json.dumps({
-            "messages": [{"role": "system", "content": TASK_PROFILES[a.entry.task].instruction},
-                         {"role": "user", "content": SMOKE_INPUT}],
-            # Sampled, so the router bypasses its cache and the component itself answers.
-            "parameters": {"max_new_tokens": 8, "do_sample": True, "temperature": 0.7,
-                           "seed": 7},
-        }).encode()  # fmt: skip
-        req = _signed(f"{base}/v1/adapters/{a.name}/generate", body, dep.env.region)
-        t0 = time.perf_counter()
-        try:
-            with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310
-                status, raw = resp.status, resp.read()
-        except urllib.error.HTTPError as exc:
-            status, raw = exc.code, exc.read()
-        except (urllib.error.URLError, TimeoutError) as exc:
-            status, raw = 0, json.dumps({"error": str(exc)}).encode()
-        ms = (time.perf_counter() - t0) * 1000
-        try:
-            answer: dict[str, Any] = json.loads(raw)
-        except ValueError:
-            answer = {"error": raw[:200].decode(errors="replace")}
-        detail = (
-            (answer.get("output") or "")
-            if status == 200
-            else str(answer.get("error") or answer.get("message") or answer)
-        )
-        results.append(Result(a.name, a.entry.version, status, ms, answer.get("artifact"),
-                              " ".join(detail.split())[:60]))  # fmt: skip
+        canary = a.entry.canary
+        wanted = [a.entry.version] + ([canary.version] if canary else [])
+        tries = 1 if canary is None else 3 + math.ceil(100 / canary.weight)
+        seen: dict[str, Result] = {}
+        failure = None
+        for i in range(tries):
+            r = _ask(dep, base, a.name, f"smoke-{run}-{i}", timeout_s)
+            if not r.ok or r.version not in wanted:
+                failure = r
+                break
+            seen.setdefault(r.version, r)
+            if len(seen) == len(wanted):
+                break
+        results += [seen[v] for v in wanted if v in seen]
+        if failure is not None:
+            results.append(failure)
+            continue
+        results += [
+            Result(
+                a.name,
+                v,
+                0,
+                0.0,
+                None,
+                "no request reached this version in "
+                f"{tries} new session keys (did the router roll the canary back?)",
+            )
+            for v in wanted
+            if v not in seen
+        ]
     return results
+
+
+def _ask(dep: Deployment, base: str, adapter: str, session: str, timeout_s: float) -> Result:
+    entry = dep.adapter(adapter).entry
+    body = json.dumps(
+        {
+            "messages": [
+                {"role": "system", "content": TASK_PROFILES[entry.task].instruction},
+                {"role": "user", "content": SMOKE_INPUT},
+            ],
+            # Sampled, so the router bypasses its cache and the component itself answers.
+            "parameters": {"max_new_tokens": 8, "do_sample": True, "temperature": 0.7, "seed": 7},
+        }
+    ).encode()
+    req = _signed(
+        f"{base}/v1/adapters/{adapter}/generate", body, dep.env.region, {"X-Session-Key": session}
+    )
+    t0 = time.perf_counter()
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    except (urllib.error.URLError, TimeoutError) as exc:
+        status, raw = 0, json.dumps({"error": str(exc)}).encode()
+    ms = (time.perf_counter() - t0) * 1000
+    try:
+        answer: dict[str, Any] = json.loads(raw)
+    except ValueError:
+        answer = {"error": raw[:200].decode(errors="replace")}
+    detail = (
+        (answer.get("output") or "")
+        if status == 200
+        else str(answer.get("error") or answer.get("message") or answer)
+    )
+    # The version the router routed to (a canary's, for its share of session keys).
+    routed = str(answer.get("version") or entry.version)
+    return Result(
+        adapter, routed, status, ms, answer.get("artifact"), " ".join(detail.split())[:60]
+    )
 
 
 def render(results: list[Result]) -> str:

@@ -20,6 +20,7 @@ from infra.adapters import AdapterComponents, artifact_bucket_name, shards
 from infra.cache import ResponseCacheCluster
 from infra.network import Network
 from infra.observability import Observability
+from infra.registry import ModelRegistry
 from infra.router import STAGE, Router
 from infra.serving import Serving
 from infra.storage import Storage
@@ -42,11 +43,13 @@ class AccountStack(EnvironmentStack):
 
 
 class StatefulStack(EnvironmentStack):
-    """What must outlive every redeploy: the key, the buckets, the image repository."""
+    """What must outlive every redeploy: the key, the buckets, the image repository and the
+    Model Registry's groups (release evidence)."""
 
     def __init__(self, scope: Construct, id: str, *, dep: Deployment, **kw) -> None:
         super().__init__(scope, id, **kw)
         self.storage = Storage(self, "Storage", dep=dep)
+        self.registry = ModelRegistry(self, "Registry", dep=dep)
         self.storage.artifacts.node.default_child.add_property_override(  # type: ignore[union-attr]
             "BucketName", artifact_bucket_name(dep)
         )

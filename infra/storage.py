@@ -16,6 +16,8 @@ from infra.nag import acknowledge, checkov_skip
 #: Key prefixes in the artifact bucket; the SageMaker role reads only these.
 BASE_PREFIX = "base/"
 ADAPTER_PREFIX = "adapters/"
+#: Merged weights of the ``serving: merged`` entries: ``merged/NAME/VERSION/`` (infra.release).
+MERGED_PREFIX = "merged/"
 
 
 class Storage(Construct):

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from lambda_proxy.auth import Caller, allowed, caller_from_event
 from lambda_proxy.cache import CacheUnavailableError, ResponseCache, cache_key
+from lambda_proxy.canary import Canaries, Canary
 from lambda_proxy.openai_api import router as openai_router
 from lambda_proxy.quota import Limits, Quotas, prompt_tokens_estimate
 from lambda_proxy.sagemaker import InvokeError, container_error, invoke, make_client
@@ -44,8 +45,11 @@ class Dependencies:
     #: The client streams are read with: its read timeout is the stream's deadline, since a
     #: stream may wait longer than one buffered answer for its first token.
     stream_client: Any = None
+    canaries: Canaries | None = None
 
     def __post_init__(self) -> None:
+        if self.canaries is None:
+            self.canaries = Canaries(self.cache.client)
         if self.stream_client is None:
             s = self.settings
             self.stream_client = make_client(s.sagemaker_endpoint_url, s.region,
@@ -275,6 +279,8 @@ class Prepared:
     cacheable: bool
     #: The weights' sha256 the catalog pins (None before the adapter is published).
     weights_sha256: str | None = None
+    #: The canary this request was sent to (None: the stable version serves it).
+    canary: Canary | None = None
 
 
 def _charge(
@@ -314,16 +320,50 @@ def _payload(req: GenerateRequest) -> dict[str, Any]:
     return payload
 
 
+#: The header that keeps a caller's requests on one version of an adapter during a canary.
+SESSION_HEADER = "x-session-key"
+MAX_SESSION_KEY = 256
+
+
+def session_key(fallback: str | None = None) -> str | None:
+    """The request's session key: the ``X-Session-Key`` header, else ``fallback`` (an OpenAI
+    request's ``user``); at most ``MAX_SESSION_KEY`` characters count."""
+    event = getattr(app, "current_event", None)
+    headers = (event.raw_event.get("headers") if event is not None else None) or {}
+    value = next((v for k, v in headers.items() if k.lower() == SESSION_HEADER), None)
+    value = value if isinstance(value, str) and value else fallback
+    return value[:MAX_SESSION_KEY] if isinstance(value, str) and value else None
+
+
+def _version(
+    adapter: str, who: str, route: dict[str, Any], session: str | None
+) -> tuple[dict[str, Any], Canary | None]:
+    """The route of the version that serves this request: the canary's (its component, version
+    and digests) for its share of session keys while it is not rolled back, else the stable
+    one's."""
+    canary = Canary.of(route.get("canary"))
+    if canary is None or not deps().canaries.choose(adapter, canary, who, session):  # type: ignore[union-attr]
+        return route, None
+    pins = {"sha256": canary.sha256, "weights_sha256": canary.weights_sha256}
+    return {**route, "component": canary.component, "version": canary.version, **pins}, canary
+
+
 def prepare(
-    adapter: str, caller: Caller, route: dict[str, Any], req: GenerateRequest
+    adapter: str,
+    caller: Caller,
+    route: dict[str, Any],
+    req: GenerateRequest,
+    session: str | None = None,
 ) -> Prepared | Failure:
-    """The quota check, the SageMaker payload and the cache key: the part of serving that the
-    buffered and the streamed answers share."""
+    """The quota check, the version that serves, the SageMaker payload and the cache key: the
+    part of serving that the buffered and the streamed answers share. ``session``: the
+    OpenAI ``user``, a session key when no ``X-Session-Key`` header names one."""
     table = deps().settings.routing_table
     who = caller.tenant or caller.arn
     refused = _charge(who, adapter, req, Limits.of(route.get("quota")))
     if refused is not None:
         return refused
+    route, canary = _version(adapter, who, route, session_key(session))
     payload = _payload(req)
     # The catalog's default schema for this adapter (sales-json's record), unless the request
     # names its own; before the cache key, so the key holds the schema that was decoded to.
@@ -338,9 +378,16 @@ def prepare(
     weights = route.get("weights_sha256")
     pins = f"{route.get('sha256') or ''}/{weights or ''}"
     key = cache_key(adapter, version, str(table.get("base_revision", "")), payload, scope, pins)
-    return Prepared(adapter, version, route["component"], payload, key,
-                    cacheable=req.parameters.deterministic and mode != "off",
-                    weights_sha256=weights if isinstance(weights, str) else None)  # fmt: skip
+    return Prepared(
+        adapter,
+        version,
+        route["component"],
+        payload,
+        key,
+        cacheable=req.parameters.deterministic and mode != "off",
+        weights_sha256=weights if isinstance(weights, str) else None,
+        canary=canary,
+    )
 
 
 def prepare_base(caller: Caller, data: Any) -> dict[str, Any] | Failure:
@@ -381,12 +428,17 @@ def remember(prep: Prepared, status: str, result: dict[str, Any], count: Any = N
 
 
 def serve(
-    adapter: str, caller: Caller, route: dict[str, Any], req: GenerateRequest, t0: float
+    adapter: str,
+    caller: Caller,
+    route: dict[str, Any],
+    req: GenerateRequest,
+    t0: float,
+    session: str | None = None,
 ) -> dict[str, Any] | Failure:
     """Quota, cache, SageMaker: the native answer, or why not. Both APIs come through here."""
     d = deps()
     s = d.settings
-    prep = prepare(adapter, caller, route, req)
+    prep = prepare(adapter, caller, route, req, session)
     if isinstance(prep, Failure):
         return prep
     hit, cache_status = lookup(prep)
@@ -401,11 +453,40 @@ def serve(
                        deadline_s=s.invoke_deadline_s)
             )  # fmt: skip
     except InvokeError as exc:
+        count_canary(prep, exc.status)
         return invoke_failure(adapter, exc)
+    count_canary(prep, 200)
     model_ms = (time.perf_counter() - t_model) * 1000
     metrics.add_metric(name="ModelLatency", unit=MetricUnit.Milliseconds, value=model_ms)
     remember(prep, cache_status, result)
     return answer(adapter, prep.version, result, cache_status, t0, model_ms)
+
+
+def count_canary(prep: Prepared, status: int, count: Any = None) -> None:
+    """Count a canary's answer (a 5xx but 503 is its failure) toward its rollback; the request whose
+    count switches the canary off counts ``CanaryRollback`` and logs why (the alarm on that
+    metric tells the adapter's owner). ``count``: as in ``remember``."""
+    if prep.canary is None:
+        return
+    # A 503 (the container busy, or a component not ready) is capacity, not the version's
+    # fault: the stable version shares the base's compute and would have answered the same.
+    failed = status >= 500 and status != 503
+    outcome = deps().canaries.record(prep.adapter, prep.canary, failed)  # type: ignore[union-attr]
+    if not outcome.rolled_back:
+        return
+    if count is not None:
+        count("CanaryRollback")
+    else:
+        metrics.add_metric(name="CanaryRollback", unit=MetricUnit.Count, value=1)
+    logger.error(
+        "canary rolled back: every request now goes to the stable version",
+        extra={
+            "adapter": prep.adapter,
+            "canary_version": prep.canary.version,
+            "reason": outcome.reason,
+            "max_error_rate": prep.canary.max_error_rate,
+        },
+    )
 
 
 #: Why a generation ended, when it ended as an answer (the runtime's words, and TGI's).

@@ -201,7 +201,7 @@ def _run(req: _OpenAIRequest, prompt: dict[str, Any]) -> dict[str, Any]:
         raise Refused(error(400, "stream: true needs the streaming router (lambda_proxy.web)",
                             param="stream"))  # fmt: skip
     auth, native = authorize(req, prompt)
-    out = handler.serve(req.model, *auth, native, t0)
+    out = handler.serve(req.model, *auth, native, t0, session=req.user)
     if isinstance(out, handler.Failure):
         raise Refused(failure(out))
     return out

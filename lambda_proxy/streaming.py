@@ -74,15 +74,17 @@ def plan_openai(kind: str, t0: float) -> StreamPlan | Any:
         auth, native = openai_api.authorize(req, prompt)
     except openai_api.Refused as refused:
         return refused.response
-    plan = _admit(kind, req.model, auth, native, t0)
+    plan = _admit(kind, req.model, auth, native, t0, session=req.user)
     if isinstance(plan, handler.Failure):
         return openai_api.failure(plan)
     plan.include_usage = bool((req.stream_options or {}).get("include_usage"))
     return plan
 
 
-def _admit(kind: str, adapter: str, auth: tuple, req: Any, t0: float) -> StreamPlan | Any:
-    prep = handler.prepare(adapter, *auth, req)
+def _admit(
+    kind: str, adapter: str, auth: tuple, req: Any, t0: float, session: str | None = None
+) -> StreamPlan | Any:
+    prep = handler.prepare(adapter, *auth, req, session)
     if isinstance(prep, handler.Failure):
         return prep
     hit, status = handler.lookup(prep)
@@ -116,6 +118,7 @@ class Stream:
         p = self.plan
         # Outside the handler's lock: counted and logged here, not in its metric buffer.
         _count(f"Error{exc.status}")
+        handler.count_canary(p.prep, exc.status, count=_count)
         handler.logger.warning("stream not opened", extra={
             "adapter": p.model, "code": exc.code, "status": exc.status, "detail": exc.detail,
             "request_id": p.request_id})  # fmt: skip
@@ -210,6 +213,7 @@ class Stream:
                     return
                 model_ms = (time.perf_counter() - t_model) * 1000
                 _count("ModelLatency", model_ms, MetricUnit.Milliseconds)
+                handler.count_canary(plan.prep, 200, count=_count)
                 handler.remember(plan.prep, plan.status, item, count=_count)
                 yield from fmt.done(item, model_ms)
                 return
@@ -292,6 +296,7 @@ class _Format:
     def error(self, exc: InvokeError) -> Iterator[bytes]:
         # After the 200 status: API Gateway logs a success, so the failure is counted here.
         _count(f"StreamError{exc.status}")
+        handler.count_canary(self.plan.prep, exc.status, count=_count)
         if exc.status >= 500:  # API Gateway's 5XXError never sees it: alarmed on this one
             _count("StreamServerError")
         where = {"adapter": self.plan.model, "code": exc.code, "status": exc.status,

@@ -49,11 +49,20 @@ class AdapterComponent(BaseModel):
     artifact: str = Field(description="path of the adapter .tar.gz (ArtifactUrl)")
 
 
+class ModelComponent(BaseModel):
+    """A base component of its own (a ``serving: merged`` entry's): its model's server."""
+
+    model_config = ConfigDict(extra="forbid")
+    component: str = Field(pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$", max_length=63)
+    url: str = Field(pattern=r"^http://")
+
+
 class Components(BaseModel):
     model_config = ConfigDict(extra="forbid")
     adapters: list[AdapterComponent]
     #: Components being made (their adapter still trains): SageMaker's "Creating" state.
     pending: list[str] = Field(default_factory=list)
+    models: list[ModelComponent] = Field(default_factory=list)
 
 
 @dataclass
@@ -81,18 +90,32 @@ class LocalEndpoint:
         self.work_dir = work_dir
         self.components: dict[str, Component] = {}
         self.pending: set[str] = set()
+        #: Base components of their own (merged entries), each served by its own process.
+        self.models: dict[str, httpx.AsyncClient] = {}
         self.lock = asyncio.Lock()
         self.client = httpx.AsyncClient(base_url=self.runtime_url, timeout=httpx.Timeout(120.0))
 
     # -- control plane ---------------------------------------------------------------------
 
     async def declare(
-        self, wanted: list[AdapterComponent], pending: list[str] | None = None
+        self,
+        wanted: list[AdapterComponent],
+        pending: list[str] | None = None,
+        models: list[ModelComponent] | None = None,
     ) -> list[dict[str, Any]]:
         """Create, update and delete adapter components until they are exactly ``wanted``;
-        ``pending`` ones exist but are not in service yet."""
+        ``pending`` ones exist but are not in service yet; ``models`` are base components of
+        their own, served by the process at their URL."""
         async with self.lock:
-            self.pending = set(pending or ()) - {w.component for w in wanted}
+            served = {m.component: m.url for m in models or ()}
+            for name in set(self.models) - set(served):
+                await self.models.pop(name).aclose()
+            for name, url in served.items():
+                if name not in self.models or str(self.models[name].base_url) != url:
+                    self.models[name] = httpx.AsyncClient(
+                        base_url=url, timeout=httpx.Timeout(120.0)
+                    )
+            self.pending = set(pending or ()) - {w.component for w in wanted} - set(served)
             actions = []
             names = {w.component for w in wanted}
             for gone in sorted(set(self.components) - names):
@@ -153,7 +176,8 @@ class LocalEndpoint:
     # -- data plane --------------------------------------------------------------------------
 
     def _route(self, endpoint: str, request: Request) -> tuple[dict[str, str], Response | None]:
-        """Container headers for this invocation, or the error SageMaker would answer."""
+        """Container headers for this invocation, or the error SageMaker would answer (the
+        container: ``_container``)."""
         if endpoint != self.name:
             return {}, sagemaker_error(
                 400, "ValidationError", f"Endpoint {endpoint} of account local not found."
@@ -166,7 +190,7 @@ class LocalEndpoint:
                 "to deploy inference components.",
             )  # fmt: skip
         headers = {k: v for k, v in request.headers.items() if k.lower() in _PASSED}
-        if component == self.base_component:
+        if component == self.base_component or component in self.models:
             return headers, None
         if component in self.pending:
             return {}, sagemaker_error(
@@ -181,13 +205,19 @@ class LocalEndpoint:
             )  # fmt: skip
         return {**headers, ADAPTER_HEADER: component}, None
 
+    def _container(self, request: Request) -> httpx.AsyncClient:
+        """The server of the component invoked: its own model's, or the base's."""
+        return self.models.get(request.headers.get(COMPONENT_HEADER, ""), self.client)
+
     async def invoke(self, endpoint: str, request: Request) -> Response:
         headers, error = self._route(endpoint, request)
         if error is not None:
             return error
         body = await request.body()
         try:
-            resp = await self.client.post("/invocations", content=body, headers=headers)
+            resp = await self._container(request).post(
+                "/invocations", content=body, headers=headers
+            )
         except httpx.TransportError as exc:
             return sagemaker_error(
                 429, "ModelNotReadyException", f"the model container is not reachable: {exc}"
@@ -212,9 +242,10 @@ class LocalEndpoint:
         if isinstance(data, dict):
             data["stream"] = True  # the container streams only when asked in the body
             body = json.dumps(data).encode()
-        req = self.client.build_request("POST", "/invocations", content=body, headers=headers)
+        client = self._container(request)
+        req = client.build_request("POST", "/invocations", content=body, headers=headers)
         try:
-            resp = await self.client.send(req, stream=True)
+            resp = await client.send(req, stream=True)
         except httpx.TransportError as exc:
             return sagemaker_error(
                 429, "ModelNotReadyException", f"the model container is not reachable: {exc}"
@@ -249,6 +280,7 @@ class LocalEndpoint:
             "components": [asdict(c) for c in sorted(self.components.values(),
                                                      key=lambda c: c.name)],
             "pending": sorted(self.pending),
+            "models": {name: str(c.base_url) for name, c in sorted(self.models.items())},
         }  # fmt: skip
 
 
@@ -275,7 +307,11 @@ def create_app(endpoint: LocalEndpoint) -> FastAPI:
     @app.put("/_local/components")
     async def declare(components: Components) -> Response:
         return JSONResponse(
-            {"actions": await endpoint.declare(components.adapters, components.pending)}
+            {
+                "actions": await endpoint.declare(
+                    components.adapters, components.pending, components.models
+                )
+            }
         )
 
     @app.get("/_local/components")

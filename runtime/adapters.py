@@ -241,7 +241,7 @@ def _load_tensors(directory: Path) -> dict[str, torch.Tensor]:
     )
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     with path.open("rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
@@ -262,13 +262,13 @@ def artifact_identity(directory: Path, manifest: dict[str, Any] | None) -> dict[
             raise AdapterError(
                 f"manifest.json lists {str(fname)[:80]!r}, which is not in the artifact"
             )
-        if _sha256(path) != digest:
+        if file_sha256(path) != digest:
             raise AdapterError(f"{fname} does not match the sha256 manifest.json records")
     weights = next((directory / f for f in ("adapter_model.safetensors", "adapter_model.bin")
                     if (directory / f).is_file()), None)  # fmt: skip
     sha = recorded.get(weights.name) if weights is not None else None
     if weights is not None and sha is None:
-        sha = _sha256(weights)
+        sha = file_sha256(weights)
     m = manifest or {}
     return {
         "name": str(m["name"]) if m.get("name") is not None else None,

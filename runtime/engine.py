@@ -28,6 +28,7 @@ from typing import Any
 from runtime.adapters import BaseIdentity, LoadedAdapter, PromptFormat, base_modules, load_adapter
 from runtime.compat import verify_tokenizer
 from runtime.hardware import cpu_environment, require_cuda_where_gpus_are
+from runtime.merged import MergedModel, load_merged
 from runtime.registry import AdapterRecord, AdapterRegistry, CapacityError, delete_owned
 from runtime.request import EngineError, GenRequest
 from runtime.settings import Settings, pick_dtype
@@ -102,6 +103,8 @@ class Engine:
         self._tokenizing = threading.Lock()
         self._cleanups: set[asyncio.Task] = set()
         self.llm: Any = None
+        #: The adapter this model directory holds merged into its base (``runtime.merged``).
+        self.merged: MergedModel | None = None
 
     # ------------------------------------------------------------------ start-up
     def identity(self) -> tuple[BaseIdentity, dict[str, Any]]:
@@ -148,6 +151,9 @@ class Engine:
         s = self.settings
         cuda = require_cuda_where_gpus_are()
         self.base, self.base_info = await asyncio.to_thread(self.identity)
+        self.merged = await asyncio.to_thread(load_merged, s.model_dir)
+        if self.merged is not None:
+            self.base_info["merged"] = self.merged.identity
         from transformers import AutoTokenizer
 
         self.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, s.model_dir)
@@ -183,6 +189,13 @@ class Engine:
     # ------------------------------------------------------------------ adapters
     def check(self, name: str, src: Path) -> LoadedAdapter:
         """Read and check an adapter against the base (a worker thread; no engine call)."""
+        if not self.settings.enable_lora:
+            from runtime.adapters import AdapterError
+
+            raise AdapterError(
+                "this server runs with OPTION_ENABLE_LORA=false (a merged "
+                "model's server): it registers no adapters"
+            )
         t0 = time.perf_counter()
         loaded = load_adapter(name, src, self.base)
         self.telemetry.event(

@@ -66,6 +66,8 @@ class GenRequest:
     timings: dict[str, float] = field(default_factory=dict)
     #: Counted in the engine's admitted requests and its adapter's in-flight count.
     admitted: bool = False
+    #: What a base request reports serving: a merged adapter's identity (``runtime.merged``).
+    artifact: dict[str, Any] | None = None
 
     def result(self) -> dict[str, Any]:
         return {
@@ -74,7 +76,7 @@ class GenRequest:
             "adapter_version": self.record.version if self.record else None,
             # What the container actually served: the artifact's manifest name and version and
             # its weights' sha256 (None for the base model).
-            "artifact": self.record.identity if self.record else None,
+            "artifact": self.record.identity if self.record else self.artifact,
             "finish_reason": self.finish_reason,
             "usage": {"input_tokens": len(self.input_ids), "output_tokens": self.output_tokens},
             "timings_ms": {k: round(v, 3) for k, v in self.timings.items()},

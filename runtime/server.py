@@ -171,13 +171,13 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
         # registered again while the prompt is tokenized (off the event loop), the tokens are
         # made again for the record that will serve them. Between the last check and admit()
         # nothing awaits, so the record cannot change there.
+        # A merged model is its adapter: a base request gets the adapter's prompt and schema.
+        merged = engine.merged if adapter is None else None
         for _ in range(RECORD_ATTEMPTS):
             record = engine.registry.get(adapter) if adapter is not None else None
+            shape = record.prompt if record is not None else merged.prompt if merged else None
             try:
-                ids = await asyncio.to_thread(
-                    engine.encode, body.inputs, messages,
-                    record.prompt if record is not None else None,
-                )  # fmt: skip
+                ids = await asyncio.to_thread(engine.encode, body.inputs, messages, shape)
             except EngineError as exc:
                 return _error(exc.status, exc.message)
             except Exception as exc:  # a template or tokenizer failure is the request's fault
@@ -189,6 +189,8 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
                                "prepared; retry")  # fmt: skip
         if schema is None and record is not None:
             schema = record.json_schema
+        elif schema is None and merged is not None:
+            schema = merged.json_schema
         params = GenParams(
             max_new_tokens=max_new,
             min_new_tokens=min(p.min_new_tokens, max_new),
@@ -207,7 +209,12 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
             label = "__base__"
         else:
             label = adapter if record is not None else "__unregistered__"
-        req = GenRequest(adapter=adapter, input_ids=ids, params=params)
+        req = GenRequest(
+            adapter=adapter,
+            input_ids=ids,
+            params=params,
+            artifact=merged.identity if merged is not None else None,
+        )
         try:
             engine.admit(req)
         except EngineError as exc:

@@ -27,7 +27,8 @@ from typing import Any
 
 from config import Deployment, load_deployment
 from config.loader import CATALOG_PATH, ENVIRONMENTS_DIR
-from config.writer import set_artifact
+from config.schema import NoCanaryError
+from config.writer import set_artifact, update_adapter
 from training.package import PackageError, read_manifest, sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,8 +150,10 @@ def check(
     base_dir: Path | None = None,
     describe_job: Any = job_metrics,
     log: Any = print,
+    canary: bool = False,
 ) -> dict[str, Any]:
-    """Every gate a publish passes; returns the manifest with the verified evaluation."""
+    """Every gate a publish passes; returns the manifest with the verified evaluation.
+    ``canary``: the archive is the entry's canary version."""
     try:
         manifest = read_manifest(archive)
     except (PackageError, OSError) as exc:
@@ -159,10 +162,13 @@ def check(
     entry = dep.adapter(adapter).entry
     if manifest.get("name") != adapter:
         raise PublishError(f"archive is adapter {manifest.get('name')!r}, not {adapter!r}")
-    if manifest.get("version") != entry.version:
-        raise PublishError(
-            f"archive version {manifest.get('version')!r} != catalog version {entry.version!r}"
-        )
+    try:
+        version = entry.version_made(canary)
+    except NoCanaryError as exc:
+        raise PublishError(str(exc)) from None
+    if manifest.get("version") != version:
+        which = "canary version" if canary else "catalog version"
+        raise PublishError(f"archive version {manifest.get('version')!r} != {which} {version!r}")
     base, mb = dep.base, manifest.get("base", {})
     if (mb.get("model_id"), mb.get("revision")) != (base.model_id, base.revision):
         raise PublishError(
@@ -203,21 +209,34 @@ def publish(
     kms_key: str | None = None,
     base_dir: Path | None = None,
     describe_job: Any = job_metrics,
+    canary: bool = False,
+    registry: Any = None,
 ) -> str:
-    """Gate, upload (SSE-KMS, with the archive's sha256 as metadata), record in the catalog.
+    """Gate, upload (SSE-KMS, with the archive's sha256 as metadata), register the version in
+    the Model Registry pending approval (``registry``: a SageMaker client; a deployable
+    environment's), record in the catalog.
 
     ``record_uri=False`` records only the hash: the URI stays the one each environment derives
     from its own bucket, so one catalog serves every environment (what ``make release`` does).
     """
-    manifest = check(archive, adapter, env, catalog=catalog, environments_dir=environments_dir,
-                     base_dir=base_dir, describe_job=describe_job)  # fmt: skip
+    manifest = check(
+        archive,
+        adapter,
+        env,
+        catalog=catalog,
+        environments_dir=environments_dir,
+        base_dir=base_dir,
+        describe_job=describe_job,
+        canary=canary,
+    )
     dep = load_deployment(env, catalog, environments_dir)
     entry = dep.adapter(adapter).entry
+    pinned = entry.canary if canary and entry.canary else entry
     digest = sha256_file(archive)
-    if entry.sha256 and entry.sha256 != digest:
+    if pinned.sha256 and pinned.sha256 != digest:
         raise PublishError(
             f"archive sha256 {digest[:12]}... is not the one the catalog pins for {adapter!r} "
-            f"({entry.sha256[:12]}...); bump the entry's version for a new archive"
+            f"({pinned.sha256[:12]}...); bump the entry's version for a new archive"
         )
     if bucket is None:
         bucket = dep.env.artifact_bucket
@@ -249,11 +268,47 @@ def publish(
     files = manifest.get("files") or {}
     weights = next((files[f] for f in ("adapter_model.safetensors", "adapter_model.bin")
                     if f in files), None)  # fmt: skip
+    if registry is not None:
+        from training.registry import RegistryError, register
+
+        try:
+            register(
+                registry,
+                s3,
+                dep,
+                adapter,
+                manifest,
+                bucket=bucket,
+                uri=uri,
+                digest=digest,
+                weights=weights,
+                kms_key=kms_key,
+            )
+        except RegistryError as exc:
+            raise PublishError(str(exc)) from None
     # The revision the gate above ran against, when it is the entry's own base (an environment
     # that serves another base in its place, the local platform, proves nothing about it).
     gated = dep.base.revision if dep.base_key == entry.base else None
-    set_artifact(adapter, uri if record_uri else None, digest, catalog, weights_sha256=weights,
-                 gated_base_revision=gated)  # fmt: skip
+    if canary and entry.canary:
+        recorded = {
+            "artifact": uri if record_uri else None,
+            "sha256": digest,
+            "weights_sha256": weights,
+            "gated_base_revision": gated,
+        }
+        block = entry.canary.model_dump(exclude_none=True) | {
+            k: v for k, v in recorded.items() if v is not None
+        }
+        update_adapter(adapter, {"canary": block}, catalog)
+    else:
+        set_artifact(
+            adapter,
+            uri if record_uri else None,
+            digest,
+            catalog,
+            weights_sha256=weights,
+            gated_base_revision=gated,
+        )
     return uri
 
 
@@ -281,15 +336,35 @@ def main(argv: list[str] | None = None) -> int:
                     help="the base weights, to evaluate the adapter again here (default for a "
                     "local base: .artifacts/base/KEY)")  # fmt: skip
     ap.add_argument("--check-only", action="store_true", help="run the gates, upload nothing")
+    ap.add_argument(
+        "--canary",
+        action="store_true",
+        help="the archive is the entry's canary version; recorded under canary:",
+    )
     args = ap.parse_args(argv)
     archive = args.archive or Path(".artifacts/adapters") / f"{args.adapter}.tar.gz"
     try:
         if args.check_only:
-            check(archive, args.adapter, args.env, base_dir=args.base_dir)
+            check(archive, args.adapter, args.env, base_dir=args.base_dir, canary=args.canary)
             print(f"{args.adapter}: publishable to {args.env}")
         else:
-            print(publish(archive, args.adapter, args.env, bucket=args.bucket,
-                          base_dir=args.base_dir))  # fmt: skip
+            registry = None
+            env = load_deployment(args.env).env
+            if env.deployable:
+                import boto3
+
+                registry = boto3.client("sagemaker", region_name=env.region)
+            print(
+                publish(
+                    archive,
+                    args.adapter,
+                    args.env,
+                    bucket=args.bucket,
+                    base_dir=args.base_dir,
+                    canary=args.canary,
+                    registry=registry,
+                )
+            )
     except PublishError as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 1

@@ -32,6 +32,7 @@ from transformers import PrinterCallback, TrainerCallback
 
 from config import CATALOG_PATH, ENVIRONMENTS_DIR, TARGET_MODULES, TaskProfile, load_deployment
 from config.compat import tokenizer_sha256
+from config.schema import NoCanaryError
 from training import datasets
 from training.evaluate import compare
 from training.metrics import headline
@@ -78,6 +79,7 @@ def train(
     dataset_size: int = datasets.DEFAULT_SIZE,
     catalog: Path | None = None,
     environments_dir: Path | None = None,
+    canary: bool = False,
     log=print,
 ) -> TrainResult:
     import torch
@@ -90,6 +92,7 @@ def train(
     dep = load_deployment(env, catalog or CATALOG_PATH, environments_dir or ENVIRONMENTS_DIR)
     resolved = dep.adapter(adapter)
     entry, profile = resolved.entry, resolved.profile
+    version = entry.version_made(canary)
     split = datasets.load(entry.dataset or entry.task, entry.dataset_seed, dataset_size)
     built = Path(base_dir) / "base_manifest.json"
     if built.exists():
@@ -207,7 +210,7 @@ def train(
         adapter_dir,
         {
             "name": adapter,
-            "version": entry.version,
+            "version": version,
             "task": entry.task,
             "base": {
                 "key": dep.base_key,
@@ -282,11 +285,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--qlora", action="store_true", default=bool(hps.get("qlora", False)))
     ap.add_argument("--max-steps", type=int, default=hps.get("max_steps"))
+    ap.add_argument(
+        "--canary",
+        action="store_true",
+        default=bool(hps.get("canary", False)),
+        help="train the entry's canary version (canary.version) instead of its version",
+    )
     args = ap.parse_args(argv)
     if args.base_dir is None:
         ap.error("--base-dir is required (or SM_CHANNEL_BASE inside a SageMaker job)")
-    res = train(args.adapter, env=args.env, base_dir=args.base_dir, out_dir=args.out,
-                qlora=args.qlora, max_steps=args.max_steps)  # fmt: skip
+    try:
+        res = train(
+            args.adapter,
+            env=args.env,
+            base_dir=args.base_dir,
+            out_dir=args.out,
+            qlora=args.qlora,
+            max_steps=args.max_steps,
+            canary=args.canary,
+        )
+    except NoCanaryError as exc:
+        ap.error(str(exc))
     return 0 if res.manifest["eval"]["publishable"] else 3
 
 

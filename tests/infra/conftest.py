@@ -166,3 +166,13 @@ def resolve(value, pseudo: dict[str, str] = PSEUDO, templates: dict[str, dict] |
 @pytest.fixture(scope="session")
 def dev_templates(assemblies) -> dict[str, dict]:
     return assemblies["dev"].templates
+
+
+def policy_arns(template: dict) -> set[str]:
+    """Every resource ARN the template's managed policies name, resolved."""
+    return {
+        resolve(r)
+        for p in resources(template, "AWS::IAM::ManagedPolicy").values()
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+        for r in s["Resource"]
+    }

@@ -98,6 +98,7 @@ REVIEWED: dict[tuple[str, str], tuple[str, ...]] = {
     ): ALL,
     (SERVING_POLICY, f"AwsSolutions-IAM5[Resource::{ARTIFACT_BUCKET}/adapters/*]"): ALL,
     (SERVING_POLICY, f"AwsSolutions-IAM5[Resource::{ARTIFACT_BUCKET}/base/*]"): ALL,
+    (SERVING_POLICY, f"AwsSolutions-IAM5[Resource::{ARTIFACT_BUCKET}/merged/*]"): ALL,
     # The access-log bucket itself (S3 log delivery needs SSE-S3; logs are not replicated).
     ("PREFIX-stateful/Storage/AccessLogs", "HIPAA.Security-S3BucketReplicationEnabled"): ALL,
     ("PREFIX-stateful/Storage/AccessLogs", "HIPAA.Security-S3DefaultEncryptionKMS"): ALL,

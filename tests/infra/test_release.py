@@ -4,6 +4,7 @@ done in order by a release, and all skipped by a second release."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import tarfile
@@ -18,7 +19,7 @@ from config import load_deployment
 from config.compat import tokenizer_sha256
 from infra.release import BASE_MANIFEST, STEPS, Release, ReleaseError, Tools
 from tests.infra.conftest import CONFIG, edited_config, synth_in_process
-from training.package import pack, write_manifest
+from training.package import pack, sha256_file, write_manifest
 
 pytestmark = pytest.mark.synth
 ACCOUNT = "123456789012"
@@ -100,6 +101,9 @@ class FakeTools(Tools):
             repositoryName=dep.base.image.repository_name(dep.env.prefix),
             imageTagMutability="IMMUTABLE",
         )
+        sm = boto3.client("sagemaker", region_name=REGION)
+        for a in dep.adapters:  # infra.registry's groups
+            sm.create_model_package_group(ModelPackageGroupName=a.component_name)
 
     def download_base(self, repo_id: str, revision: str, dest: Path) -> Path:
         self.calls.append(("download_base", repo_id, revision))
@@ -119,6 +123,21 @@ class FakeTools(Tools):
 
     def training_job(self, name: str, region: str) -> dict:
         return job_record(name, region)
+
+    def merge(self, base_dir: Path, archive: Path, out: Path) -> dict:
+        """What training.merge leaves: weights and the merged manifest."""
+        self.calls.append(("merge", archive.name))
+        out.mkdir(parents=True)
+        (out / "model.safetensors").write_bytes(b"merged" * 8)
+        manifest = {
+            "merged": {"files": {"model.safetensors": sha256_file(out / "model.safetensors")}},
+            "adapter": {
+                "name": archive.name.removesuffix(".tar.gz"),
+                "sha256": sha256_file(archive),
+            },
+        }
+        (out / "merged_manifest.json").write_text(json.dumps(manifest))
+        return manifest
 
     def smoke(self, env: str) -> int:
         self.calls.append(("smoke", env))
@@ -214,8 +233,15 @@ def setup(tmp_path, account):
         ref["release"] = r
         return r
 
-    return {"release": release, "tools": tools, "catalog": catalog, "logs": logs,
-            "with_archive": with_archive, "dep": dep}  # fmt: skip
+    return {
+        "release": release,
+        "tools": tools,
+        "catalog": catalog,
+        "logs": logs,
+        "with_archive": with_archive,
+        "dep": dep,
+        "tmp": tmp_path,
+    }
 
 
 def test_a_dry_run_against_an_empty_account_lists_every_step_missing(setup) -> None:
@@ -223,14 +249,40 @@ def test_a_dry_run_against_an_empty_account_lists_every_step_missing(setup) -> N
     assert outcome == dict.fromkeys(STEPS, "missing")
     assert setup["tools"].calls == [], "a dry run runs nothing"
     text = "\n".join(setup["logs"])
-    assert "[1/6] stacks    missing: lora-fleet-account: not deployed" in text
+    assert "[1/7] stacks    missing: lora-fleet-account: not deployed" in text
     assert "not in ECR" in text or "repository does not exist" in text
+
+
+def approve_all(setup: dict, by: str = "release-test") -> None:
+    """What a reviewer does between two runs of a release: approve every pending version."""
+    from training.registry import approve, versions
+
+    dep = setup["release"]().dep
+    sm = boto3.client("sagemaker", region_name=REGION)
+    for a in dep.adapters:
+        for version, _ in versions(a):
+            approve(sm, dep, a.name, version, by=by, note="looked at its evaluation")
+
+
+def released(setup: dict) -> dict[str, str]:
+    """A release up to the approval step, the approvals, then the rest."""
+    with pytest.raises(ReleaseError, match="has not approved every version"):
+        setup["release"]().run()
+    approve_all(setup)
+    return setup["release"]().run()
 
 
 def test_a_release_runs_each_step_in_order_and_a_second_run_skips_every_step(setup) -> None:
     tools = setup["tools"]
+    with pytest.raises(ReleaseError) as refused:
+        setup["release"]().run()
+    # It stops at the approval step, naming each version published and pending approval.
+    for a in setup["dep"].adapters:
+        assert f"{a.name} {a.entry.version}: PendingManualApproval" in str(refused.value)
+    assert not [r for c in tools.calls if c[0] == "run" for r in [c[1]] if r[-1:] == ("--all",)]
+    approve_all(setup)
     outcome = setup["release"]().run()
-    assert outcome == dict.fromkeys(STEPS, "ran")
+    assert outcome == {**dict.fromkeys(STEPS[:5], "done"), "deploy": "ran", "smoke": "ran"}
     runs = [c[1] for c in tools.calls if c[0] == "run"]
     deploys = [r for r in runs if r[2:4] == ("cdk", "deploy")]
     assert deploys[0][-3:] == ("lora-fleet-account", "lora-dev-stateful", "lora-dev-network")
@@ -364,7 +416,8 @@ def test_a_release_after_a_plain_cdk_deploy_of_the_stateful_stack_goes_on_and_th
     assert "aws:cdk:path" in json.dumps(stateful) and "CDKMetadata" in stateful["Resources"]
     setup["tools"].deployed_elsewhere("lora-dev-stateful", stateful)
     assert release.stack_state("lora-dev-stateful") == "done"
-    assert release.run()["image"] == "ran"
+    assert release.run(STEPS[:4])["image"] == "ran"
+    assert released(setup)["deploy"] == "ran"
     setup["tools"].calls.clear()
     assert setup["release"]().run() == dict.fromkeys(STEPS, "done")
     assert setup["tools"].calls == [], "a second release changes nothing"
@@ -406,3 +459,189 @@ def test_stacks_the_pipeline_deployed_are_done(setup, tmp_path) -> None:
     assert release.status("stacks") == []
     assert release.run(only=("stacks",)) == {"stacks": "done"}
     assert release.stack_state("lora-dev-stateful") == "done"  # metadata aside, the same
+
+
+def test_publish_registers_each_version_pending_with_its_evaluation_and_tuple(setup) -> None:
+    """Model Registry holds the release evidence (seed 002): the gate's figures as the
+    package's model-quality report, the compatibility tuple and the archive's identity."""
+    release = setup["release"]()
+    release.run(STEPS[:4])
+    sm = boto3.client("sagemaker", region_name=REGION)
+    s3 = boto3.client("s3", region_name=REGION)
+    cat = {e["name"]: e for e in yaml.safe_load(setup["catalog"].read_text())["adapters"]}
+    dep = release.dep
+    for a in dep.adapters:
+        (summary,) = sm.list_model_packages(ModelPackageGroupName=a.component_name)[
+            "ModelPackageSummaryList"
+        ]
+        pkg = sm.describe_model_package(ModelPackageName=summary["ModelPackageArn"])
+        assert pkg["ModelApprovalStatus"] == "PendingManualApproval"
+        meta = pkg["CustomerMetadataProperties"]
+        assert meta["version"] == a.entry.version
+        assert (meta["base_model_id"], meta["base_revision"]) == (
+            dep.base.model_id,
+            dep.base.revision,
+        )
+        assert meta["tokenizer_sha256"] == _fake_tokenizer_sha256()
+        assert meta["image"] == f"lora-runtime:{dep.base.image.tag}"
+        assert meta["archive_sha256"] == cat[a.name]["sha256"]
+        assert meta["archive_uri"] == (
+            f"s3://{release.bucket}/adapters/{a.name}/{a.entry.version}/adapter.tar.gz"
+        )
+        assert meta["weights_sha256"] == cat[a.name]["weights_sha256"]
+        assert float(meta["ci_low"]) == GATE["bootstrap"]["ci_low"]
+        stats = pkg["ModelMetrics"]["ModelQuality"]["Statistics"]
+        bucket, key = stats["S3Uri"].removeprefix("s3://").split("/", 1)
+        report = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        assert stats["ContentDigest"] == "sha256:" + hashlib.sha256(report).hexdigest()
+        assert json.loads(report)["publishable"] is True
+
+
+def test_an_unapproved_version_stops_the_release_by_name_and_approving_it_lets_it_through(
+    setup,
+) -> None:
+    from training import approve as approve_cli
+
+    release = setup["release"]()
+    release.run(STEPS[:4])
+    dep = release.dep
+    first, *rest = dep.adapters
+    sm = boto3.client("sagemaker", region_name=REGION)
+    from training.registry import approve
+
+    for a in rest:
+        approve(sm, dep, a.name, a.entry.version, by="jane@example.com")
+    with pytest.raises(ReleaseError) as exc:
+        setup["release"]().run()
+    assert f"{first.name} {first.entry.version}: PendingManualApproval" in str(exc.value)
+    assert not any(a.name in str(exc.value) for a in rest)
+    assert not [c for c in setup["tools"].calls if c[0] == "smoke"], "nothing deployed"
+
+    # The command a reviewer runs (it reads the shipped catalog: the same names and versions).
+    with pytest.raises(SystemExit):
+        approve_cli.main(["--env", "dev", "--adapter", first.name])  # --by is required
+    assert (
+        approve_cli.main(
+            [
+                "--env",
+                "dev",
+                "--adapter",
+                first.name,
+                "--by",
+                "Jane Doe",
+                "--note",
+                "read the evaluation report",
+            ]
+        )
+        == 0
+    )
+    (summary,) = sm.list_model_packages(ModelPackageGroupName=first.component_name)[
+        "ModelPackageSummaryList"
+    ]
+    pkg = sm.describe_model_package(ModelPackageName=summary["ModelPackageArn"])
+    assert pkg["ModelApprovalStatus"] == "Approved"
+    assert pkg["CustomerMetadataProperties"]["approved_by"] == "Jane Doe"
+    assert pkg["ApprovalDescription"] == "approved by Jane Doe: read the evaluation report"
+    assert setup["release"]().run()["deploy"] == "ran"
+
+
+def test_an_approval_for_other_weights_does_not_count(setup) -> None:
+    """A package approved for one archive does not approve another under the same version."""
+    release = setup["release"]()
+    release.run(STEPS[:4])
+    approve_all(setup)
+    a = release.dep.adapters[0]
+    from config.writer import update_adapter
+
+    update_adapter(a.name, {"sha256": "f" * 64}, setup["catalog"])
+    problems = setup["release"]().status("approval")
+    assert problems == [
+        f"{a.name} {a.entry.version}: the registered archive is not the one the catalog pins"
+    ]
+
+
+def test_a_canary_must_be_published_and_approved_before_the_release_deploys_it(setup) -> None:
+    release = setup["release"]()
+    release.run(STEPS[:4])
+    approve_all(setup)
+    dep = release.dep
+    a = dep.adapters[0]
+    from config.writer import update_adapter
+
+    update_adapter(a.name, {"canary": {"version": "1.1.0", "weight": 10}}, setup["catalog"])
+    with pytest.raises(ReleaseError, match=rf"{a.name} canary 1.1.0: no archive in the bucket"):
+        setup["release"]().run()
+    # Its archive, published by hand as the canary (a training job's, with its gate).
+    archive = make_archive(setup["tmp"] / "canary", a.name, setup["release"]().dep)
+    from training.package import read_manifest, write_manifest
+
+    work = setup["tmp"] / "canary" / a.name
+    manifest = read_manifest(archive)
+    write_manifest(
+        work, {**{k: v for k, v in manifest.items() if k != "files"}, "version": "1.1.0"}
+    )
+    pack(work, archive)
+    from training.publish import publish
+
+    r = setup["release"]()
+    publish(
+        archive,
+        a.name,
+        "dev",
+        bucket=r.bucket,
+        s3=r.s3,
+        catalog=setup["catalog"],
+        environments_dir=r.environments_dir,
+        record_uri=False,
+        kms_key=r._kms_key(),
+        describe_job=lambda name, region: {
+            **job_record(name, region),
+            "HyperParameters": {"adapter": a.name, "version": "1.1.0"},
+        },
+        canary=True,
+        registry=r.sm,
+    )
+    entry = setup["release"]().dep.adapter(a.name).entry
+    assert entry.canary is not None and entry.canary.sha256 is not None
+    assert entry.version == "1.0.0" and entry.canary.weight == 10
+    assert setup["release"]().status("approval") == [
+        f"{a.name} 1.1.0: PendingManualApproval (python -m training.approve --env dev "
+        f"--adapter {a.name} --version 1.1.0 --by NAME)"
+    ]
+    approve_all(setup)
+    assert setup["release"]().run()["deploy"] == "ran"
+
+
+def test_a_merged_entry_is_merged_and_staged_in_the_adapters_step(setup) -> None:
+    """``serving: merged``: the published archive merged into the base (training.merge) and
+    staged under merged/NAME/VERSION/ with its manifest, once."""
+    from config.writer import update_adapter
+
+    name = setup["dep"].adapters[0].name
+    update_adapter(name, {"serving": "merged"}, setup["catalog"])
+    env_file = setup["catalog"].parent / "environments" / "dev.yaml"
+    env = yaml.safe_load(env_file.read_text())
+    env["serving"]["max_instance_count"] = 5
+    env_file.write_text(yaml.safe_dump(env))
+    release = setup["release"]()
+    assert any(
+        m.startswith(f"{name}: merged weights not staged") for m in release.status("adapters")
+    )
+    release.run(STEPS[:4])
+    assert [c for c in setup["tools"].calls if c[0] == "merge"] == [("merge", f"{name}.tar.gz")]
+    entry = setup["release"]().dep.adapter(name).entry
+    s3 = boto3.client("s3", region_name=REGION)
+    prefix = f"merged/{name}/{entry.version}/"
+    keys = sorted(
+        o["Key"] for o in s3.list_objects_v2(Bucket=release.bucket, Prefix=prefix)["Contents"]
+    )
+    assert keys == [prefix + "merged_manifest.json", prefix + "model.safetensors"]
+    head = s3.head_object(Bucket=release.bucket, Key=prefix + "model.safetensors")
+    assert head["ServerSideEncryption"] == "aws:kms"
+    staged = json.loads(
+        s3.get_object(Bucket=release.bucket, Key=prefix + "merged_manifest.json")["Body"].read()
+    )
+    assert staged["adapter"]["sha256"] == entry.sha256
+    setup["tools"].calls.clear()
+    assert setup["release"]().run(STEPS[:4])["adapters"] == "done"
+    assert not [c for c in setup["tools"].calls if c[0] == "merge"], "staged once"

@@ -96,14 +96,23 @@ def test_one_new_catalog_entry_adds_one_component_and_one_route_and_nothing_else
         grown = [r for r in after_statement["Resource"] if r not in before_statement["Resource"]]
         assert len(grown) == 1 and "lora-dev-contracts-summary" in json.dumps(grown)
     router_only |= invoke
-    assert set(added) - set(components) <= router_only
+    # Its model package group, where publish registers its versions (Model Registry).
+    groups = [k for k in added if new[k]["Type"] == "AWS::SageMaker::ModelPackageGroup"]
+    assert [(k[0], new[k]["Properties"]["ModelPackageGroupName"]) for k in groups] == [
+        ("lora-dev-stateful", "lora-dev-contracts-summary")
+    ]
+    assert set(added) - set(components) - set(groups) <= router_only
     # An empty shard's placeholder goes when its first component arrives.
     placeholder = {(shard_stack, rid) for rid, r in before[shard_stack]["Resources"].items()
                    if r["Type"] == "AWS::CloudFormation::WaitConditionHandle"}  # fmt: skip
     assert set(removed) <= old_router | placeholder
     assert set(changed) <= router_only
     assert len([k for k in added if new[k]["Type"] == "AWS::Lambda::Version"]) <= 1
-    other_stacks = set(before) - {"lora-dev-router", shard_stack}
+    other_stacks = set(before) - {"lora-dev-router", shard_stack, "lora-dev-stateful"}
+    assert (
+        _resources({"s": before["lora-dev-stateful"]}).items()
+        <= _resources({"s": after["lora-dev-stateful"]}).items()
+    ), "the stateful stack only gains the group"
     assert all(before[s] == after[s] for s in other_stacks)
     assert set(after) == set(before), "every shard stack exists, empty or not"
 

@@ -292,3 +292,47 @@ def test_openai_chunks_end_with_done(url, sagemaker) -> None:
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] > 0
     assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
     assert len(sagemaker.streams) == 1, "the model streamed it (no cached replay)"
+
+
+def test_a_failed_canary_stream_counts_toward_its_rollback_and_keys_keep_their_version(
+    url, redis_client, monkeypatch
+) -> None:
+    """Streams route by session key like buffered answers, and a canary stream that fails
+    after its 200 counts as the canary's failure: here one is enough to roll it back."""
+    import copy
+    import uuid
+
+    import lambda_proxy.streaming as streaming
+
+    counted: list[str] = []
+    monkeypatch.setattr(streaming, "_count", lambda name, *a, **k: counted.append(name))
+    version = f"1.1.0-{uuid.uuid4().hex[:8]}"
+    table = copy.deepcopy(TABLE)
+    table["adapters"]["medical"]["canary"] = {
+        "component": "lora-test-medical-canary", "version": version, "weight": 50,
+        "max_error_rate": 0.05, "window_s": 60, "min_requests": 1}  # fmt: skip
+    fake = FakeSageMaker()
+    s = RouterSettings(routing_table=table, max_new_tokens_cap=256, max_body_bytes=4096)
+    h.configure(h.Dependencies(settings=s, cache=ResponseCache(redis_client, ttl_s=60),
+                               client=fake, stream_client=fake))  # fmt: skip
+
+    def stream(key: str) -> list[tuple[str, dict[str, Any]]]:
+        body = {"inputs": f"pt {uuid.uuid4().hex}", "stream": True}
+        with httpx.stream("POST", f"{url}/v1/adapters/medical/generate", json=body,
+                          headers={**_headers(), "X-Session-Key": key}, timeout=30) as resp:  # fmt: skip
+            return list(_events(resp.iter_lines()))
+
+    try:
+        fake.script("Patient is fine.")
+        assert stream("first")[-1][0] == "done"  # the first new key: stable
+        fake.script("Patient is", end={})  # the second new key's stream is cut short
+        assert stream("second")[-1][1]["status"] == 502
+        assert [r["InferenceComponentName"] for r in fake.requests] == [
+            "lora-test-medical", "lora-test-medical-canary"]  # fmt: skip
+        assert "CanaryRollback" in counted
+        fake.script("Patient is fine.")
+        kind, done = stream("second")[-1]  # rolled back: the stable version serves the key
+        assert (kind, done["version"]) == ("done", "1.0.0")
+        assert fake.requests[-1]["InferenceComponentName"] == "lora-test-medical"
+    finally:
+        h.configure(None)

@@ -1,0 +1,230 @@
+"""Canary routing: which version of an adapter serves a request, and the router's own rollback.
+
+A catalog entry's ``canary`` is a second version with an adapter component of its own; the
+stable component is never touched while it runs. The router sends it ``weight`` percent of
+new session keys (the ``X-Session-Key`` header, or an OpenAI request's ``user``): a key's
+first request is assigned by one atomic counter in Redis (every ``100 / weight``-th new key
+goes to the canary, so the share of keys is exact rather than a hash's luck over few keys),
+and the assignment is kept, so a retry under the same key never flips versions. A request
+without a key is a key of its own.
+
+Every canary answer counts in a window (Redis hash counters, ``HINCRBY``, in the same
+script): when its 5xx share over ``min_requests`` or more passes ``max_error_rate``, the
+script sets the canary's off switch, and every later request goes to the stable version.
+The switch is keyed by the canary's version, so a new canary starts clean; only the request
+whose count tripped it learns so (it counts ``CanaryRollback`` and logs the reason once).
+
+When Redis is away (or failed within ``BREAKER_S``), the same rules run in this process:
+the choice is a hash of the key (the same in every execution environment, so a key still
+does not flip between them), and the counters and switch are this process's own. Written by
+hand because no library the router ships routes a weighted, sticky canary in Redis.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from lambda_proxy.quota import BREAKER_S
+
+#: How long a session key keeps its version after its last request, in seconds.
+SESSION_TTL_S = 24 * 3600
+#: How long a rolled-back canary stays off (a new canary version has a switch of its own).
+OFF_TTL_S = 30 * 24 * 3600
+
+#: KEYS: the off switch, the session's assignment (empty: no session), the new-key counter.
+#: ARGV: weight (percent), session TTL (s). Returns 1 for the canary, 0 for stable, -1 when
+#: the canary was rolled back.
+_CHOOSE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return -1
+end
+if KEYS[2] ~= '' then
+  local got = redis.call('GET', KEYS[2])
+  if got then
+    redis.call('EXPIRE', KEYS[2], ARGV[2])
+    return tonumber(got)
+  end
+end
+local n = redis.call('INCR', KEYS[3])
+local w = tonumber(ARGV[1])
+local pick = 0
+if math.floor(n * w / 100) > math.floor((n - 1) * w / 100) then
+  pick = 1
+end
+if KEYS[2] ~= '' then
+  redis.call('SET', KEYS[2], pick, 'EX', ARGV[2])
+end
+return pick
+"""
+
+#: KEYS: the window's counters (a hash of ``req`` and ``err``), the off switch. ARGV: failed
+#: (0/1), max error rate, min requests, window (s), off TTL (s). Returns the counts and 1 when
+#: this call switched the canary off (else 0).
+_RECORD = """
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return {0, 0, 0}
+end
+local req = redis.call('HINCRBY', KEYS[1], 'req', 1)
+local err = redis.call('HINCRBY', KEYS[1], 'err', tonumber(ARGV[1]))
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]) * 2)
+if req >= tonumber(ARGV[3]) and err > tonumber(ARGV[2]) * req then
+  local reason = err .. ' of ' .. req .. ' canary requests failed'
+  if redis.call('SET', KEYS[2], reason, 'NX', 'EX', ARGV[5]) then
+    return {req, err, 1}
+  end
+end
+return {req, err, 0}
+"""
+
+
+@dataclass(frozen=True)
+class Canary:
+    """A routing table's ``canary`` (``config.loader``): the second version of one adapter."""
+
+    component: str
+    version: str
+    weight: int
+    max_error_rate: float
+    window_s: int
+    min_requests: int
+    sha256: str | None = None
+    weights_sha256: str | None = None
+
+    @classmethod
+    def of(cls, raw: Any) -> Canary | None:
+        if not isinstance(raw, dict):
+            return None
+        return cls(
+            str(raw["component"]),
+            str(raw["version"]),
+            int(raw["weight"]),
+            float(raw["max_error_rate"]),
+            int(raw["window_s"]),
+            int(raw["min_requests"]),
+            raw.get("sha256"),
+            raw.get("weights_sha256"),
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One canary answer counted: the window's figures, and whether this one rolled it back."""
+
+    requests: int
+    errors: int
+    rolled_back: bool
+
+    @property
+    def reason(self) -> str:
+        return f"{self.errors} of {self.requests} canary requests failed"
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
+
+
+class LocalCanaries:
+    """The scripts' state in this process: the fallback while Redis is away."""
+
+    MAX_SESSIONS = 100_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sessions: collections.OrderedDict[str, bool] = collections.OrderedDict()
+        self._counters: dict[str, int] = collections.defaultdict(int)
+        self._windows: dict[str, list[int]] = {}
+        self._off: set[str] = set()
+
+    def choose(self, base: str, canary: Canary, session: str | None) -> bool | None:
+        with self._lock:
+            if base in self._off:
+                return None
+            if session is not None:
+                # A hash, not this process's counter: every execution environment agrees.
+                return int(_digest(base, session), 16) % 100 < canary.weight
+            n = self._counters[base] = self._counters[base] + 1
+            return n * canary.weight // 100 > (n - 1) * canary.weight // 100
+
+    def record(self, base: str, window: str, canary: Canary, failed: bool) -> Outcome:
+        with self._lock:
+            if base in self._off:
+                return Outcome(0, 0, False)
+            if len(self._windows) > 1000:
+                self._windows.clear()
+            counts = self._windows.setdefault(window, [0, 0])
+            counts[0] += 1
+            counts[1] += int(failed)
+            req, err = counts
+            tripped = req >= canary.min_requests and err > canary.max_error_rate * req
+            if tripped:
+                self._off.add(base)
+            return Outcome(req, err, tripped)
+
+
+class Canaries:
+    """The choice and the count for every canary, in Redis (or this process, see above)."""
+
+    def __init__(self, client: redis.Redis | None) -> None:
+        register = getattr(client, "register_script", None)
+        self._choose = register(_CHOOSE) if register is not None else None
+        self._record = register(_RECORD) if register is not None else None
+        self.fallback = LocalCanaries()
+        self._skip_until = 0.0
+
+    @staticmethod
+    def _base(adapter: str, canary: Canary) -> str:
+        return f"lora:canary:v1:{adapter}:{canary.version}"
+
+    def _redis(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """The script's answer, or None when Redis could not be asked (the breaker opens)."""
+        if script is None or time.monotonic() < self._skip_until:
+            return None
+        try:
+            return script(keys=keys, args=args)
+        except redis.RedisError:
+            self._skip_until = time.monotonic() + BREAKER_S
+            return None
+
+    def choose(self, adapter: str, canary: Canary, tenant: str, session: str | None) -> bool:
+        """Whether this request goes to the canary. ``session``: the caller's key (None: the
+        request is a session of its own); keys are per tenant, so tenants cannot steer each
+        other's assignment."""
+        base = self._base(adapter, canary)
+        key = None if session is None else f"{base}:s:{_digest(tenant, session)}"
+        got = self._redis(
+            self._choose, [f"{base}:off", key or "", f"{base}:n"], [canary.weight, SESSION_TTL_S]
+        )
+        if got is None:
+            local = self.fallback.choose(base, canary, None if key is None else key)
+            return bool(local)
+        return int(got) == 1
+
+    def record(
+        self, adapter: str, canary: Canary, failed: bool, now: float | None = None
+    ) -> Outcome:
+        """Count one canary answer (``failed``: a 5xx) in its window."""
+        now = time.time() if now is None else now
+        base = self._base(adapter, canary)
+        window = f"{base}:w:{int(now // canary.window_s)}"
+        got = self._redis(
+            self._record,
+            [window, f"{base}:off"],
+            [
+                int(failed),
+                repr(canary.max_error_rate),
+                canary.min_requests,
+                canary.window_s,
+                OFF_TTL_S,
+            ],
+        )
+        if got is None:
+            return self.fallback.record(base, window, canary, failed)
+        req, err, tripped = (int(x) for x in got)
+        return Outcome(req, err, tripped == 1)

@@ -1,0 +1,228 @@
+"""Release evidence in SageMaker Model Registry: one model package per published version.
+
+AWS's LoRA guidance: "version adapters independently, but approve them with their base
+compatibility. Model Registry can hold the release evidence." Each adapter has a model package
+group that the environment's stateful stack creates (``infra.storage``, named like its
+component); ``training.publish`` registers every version it publishes there, pending approval:
+
+- the gate's evaluation as the package's model-quality metrics (a JSON report in the bucket,
+  beside the archive, with its sha256 as the report's ``ContentDigest``);
+- the compatibility tuple and the archive's identity as customer metadata: base model id,
+  revision and tokenizer sha256, the runtime image, the dataset and its sha256, the archive's
+  URI and sha256, the weights' sha256.
+
+``python -m training.approve`` records who approved a version and why; ``make release``
+deploys only versions whose package is approved and holds the archive the catalog pins
+(``approval_problems``). Written on boto3's SageMaker client: the SageMaker Python SDK's
+registry helpers need a ``Model`` with an inference image per package, which an adapter (a
+LoRA archive on a shared base component) does not have.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from config import Deployment, ResolvedAdapter
+
+APPROVED, PENDING = "Approved", "PendingManualApproval"
+#: CreateModelPackage's CustomerMetadataProperties: values of at most 256 characters of this
+#: class (botocore's sagemaker model, shape CustomerMetadataValue).
+_METADATA_VALUE_MAX = 256
+
+
+class RegistryError(ValueError):
+    """A version cannot be registered or approved as asked; the message says why."""
+
+
+def group_name(a: ResolvedAdapter) -> str:
+    """The adapter's model package group: its stable component's name (already checked
+    against SageMaker's 63-character name rule, which groups share)."""
+    return a.component_name
+
+
+@dataclass(frozen=True)
+class Package:
+    arn: str
+    status: str
+    metadata: dict[str, str]
+    description: str = ""
+
+    @property
+    def approved(self) -> bool:
+        return self.status == APPROVED
+
+
+def find(sm: Any, group: str, version: str) -> Package | None:
+    """The package registered for ``version`` in ``group``, if any."""
+    from botocore.exceptions import ClientError
+
+    pages = sm.get_paginator("list_model_packages").paginate(ModelPackageGroupName=group)
+    try:
+        summaries = [s for page in pages for s in page.get("ModelPackageSummaryList", [])]
+    except ClientError as exc:
+        # A group the stateful stack has not created yet holds no package.
+        if exc.response.get("Error", {}).get("Code") in ("ValidationException", "ResourceNotFound"):
+            return None
+        raise
+    for summary in summaries:
+        described = sm.describe_model_package(ModelPackageName=summary["ModelPackageArn"])
+        meta = described.get("CustomerMetadataProperties") or {}
+        if meta.get("version") == version:
+            return Package(
+                described["ModelPackageArn"],
+                described["ModelApprovalStatus"],
+                meta,
+                described.get("ApprovalDescription") or "",
+            )
+    return None
+
+
+def _value(v: object) -> str:
+    text = v if isinstance(v, str) else json.dumps(v)
+    if len(text) > _METADATA_VALUE_MAX:
+        raise RegistryError(f"metadata value over {_METADATA_VALUE_MAX} characters: {text[:40]}...")
+    return text
+
+
+def evidence(
+    dep: Deployment, manifest: dict[str, Any], uri: str, digest: str, weights: str | None
+) -> dict[str, str]:
+    """The compatibility tuple and the archive's identity, as the package's metadata."""
+    base, mb, ds = dep.base, manifest.get("base") or {}, manifest.get("dataset") or {}
+    image = base.image
+    ev = manifest.get("eval") or {}
+    fields = {
+        "adapter": manifest.get("name"),
+        "version": manifest.get("version"),
+        "base_model_id": base.model_id,
+        "base_revision": base.revision,
+        "tokenizer_sha256": mb.get("tokenizer_sha256") or base.tokenizer_sha256,
+        "image": f"{image.repository}{image.reference}",
+        "dataset": ds.get("task")
+        and f"{ds.get('task')} seed {ds.get('seed')} size {ds.get('size')}",
+        "dataset_sha256": ds.get("sha256"),
+        "archive_uri": uri,
+        "archive_sha256": digest,
+        "weights_sha256": weights,
+        "metric": ev.get("metric"),
+        "adapter_score": (ev.get("adapter") or {}).get("score"),
+        "base_score": (ev.get("base") or {}).get("score"),
+        "ci_low": (ev.get("bootstrap") or {}).get("ci_low"),
+        "gate_source": ev.get("source"),
+    }
+    return {k: _value(v) for k, v in fields.items() if v is not None}
+
+
+def register(
+    sm: Any,
+    s3: Any,
+    dep: Deployment,
+    adapter: str,
+    manifest: dict[str, Any],
+    *,
+    bucket: str,
+    uri: str,
+    digest: str,
+    weights: str | None,
+    kms_key: str | None = None,
+) -> Package:
+    """The version's package, registered pending approval (or the one already registered for
+    it, when it holds the same archive)."""
+    a = dep.adapter(adapter)
+    group, version = group_name(a), str(manifest["version"])
+    meta = evidence(dep, manifest, uri, digest, weights)
+    existing = find(sm, group, version)
+    if existing is not None:
+        if existing.metadata.get("archive_sha256") != digest:
+            raise RegistryError(
+                f"{group} already has a package for version {version} with archive sha256 "
+                f"{existing.metadata.get('archive_sha256', '?')[:12]}..., not {digest[:12]}...; "
+                "bump the entry's version for new weights"
+            )
+        return existing
+    report = json.dumps(manifest.get("eval") or {}, indent=1, sort_keys=True).encode()
+    key = f"adapters/{adapter}/{version}/evaluation.json"
+    kms = {"SSEKMSKeyId": kms_key} if kms_key else {}
+    s3.put_object(
+        Bucket=bucket,
+        Key=key,
+        Body=report,
+        ServerSideEncryption="aws:kms",
+        ContentType="application/json",
+        **kms,
+    )
+    statistics = {
+        "ContentType": "application/json",
+        "S3Uri": f"s3://{bucket}/{key}",
+        "ContentDigest": "sha256:" + hashlib.sha256(report).hexdigest(),
+    }
+    arn = sm.create_model_package(
+        ModelPackageGroupName=group,
+        ModelPackageDescription=f"{adapter} {version} on {dep.base.model_id}@{dep.base.revision}",
+        ModelApprovalStatus=PENDING,
+        ModelMetrics={"ModelQuality": {"Statistics": statistics}},
+        CustomerMetadataProperties=meta,
+        Domain="NATURAL_LANGUAGE_PROCESSING",
+        Task="OTHER",
+    )["ModelPackageArn"]
+    return Package(arn, PENDING, meta)
+
+
+def approve(
+    sm: Any, dep: Deployment, adapter: str, version: str, *, by: str, note: str = ""
+) -> Package:
+    """Approve ``version``'s package, recording who (a person or a named check) and why."""
+    if not by.strip():
+        raise RegistryError("say who approves (--by NAME: a person or a named check)")
+    a = dep.adapter(adapter)
+    pkg = find(sm, group_name(a), version)
+    if pkg is None:
+        raise RegistryError(
+            f"{adapter} {version} is not registered in {group_name(a)}: "
+            "publish it first (python -m training.publish)"
+        )
+    description = f"approved by {by}" + (f": {note}" if note else "")
+    meta = {**pkg.metadata, "approved_by": _value(by)}
+    sm.update_model_package(
+        ModelPackageArn=pkg.arn,
+        ModelApprovalStatus=APPROVED,
+        ApprovalDescription=description[:1024],
+        CustomerMetadataProperties=meta,
+    )
+    return Package(pkg.arn, APPROVED, meta, description)
+
+
+def versions(a: ResolvedAdapter) -> list[tuple[str, str | None]]:
+    """(version, the archive sha256 the catalog pins) of every version an entry deploys."""
+    out = [(a.entry.version, a.entry.sha256)]
+    if a.entry.canary is not None:
+        out.append((a.entry.canary.version, a.entry.canary.sha256))
+    return out
+
+
+def approval_problems(sm: Any, dep: Deployment, env: str) -> list[str]:
+    """Why the release may not deploy, per version it would deploy: not registered, not
+    approved, or approved for another archive than the catalog pins."""
+    problems = []
+    for a in dep.adapters:
+        for version, pinned in versions(a):
+            pkg = find(sm, group_name(a), version)
+            approve_cmd = (
+                f"python -m training.approve --env {env} --adapter {a.name} "
+                f"--version {version} --by NAME"
+            )
+            if pkg is None:
+                problems.append(
+                    f"{a.name} {version}: not registered in {group_name(a)} "
+                    "(publishing its archive again registers it)"
+                )
+            elif pinned and pkg.metadata.get("archive_sha256") != pinned:
+                problems.append(
+                    f"{a.name} {version}: the registered archive is not the one the catalog pins"
+                )
+            elif not pkg.approved:
+                problems.append(f"{a.name} {version}: {pkg.status} ({approve_cmd})")
+    return problems
