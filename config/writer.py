@@ -45,9 +45,7 @@ def update_adapter(name: str, fields: dict[str, Any], path: Path = CATALOG_PATH)
     if not found:
         raise KeyError(f"adapter {name!r} is not in {path}")
     start, indent = found[0]
-    end = start + 1
-    while end < len(lines) and lines[end].startswith(indent):
-        end += 1
+    end = _entry_end(lines, start, indent)
     names = "|".join(re.escape(k) for k in fields)
     keep, dropping = [], False
     for line in lines[start + 1 : end]:
@@ -59,7 +57,28 @@ def update_adapter(name: str, fields: dict[str, Any], path: Path = CATALOG_PATH)
             keep.append(line)
     added = [x for k, v in fields.items() if v is not None for x in _field_lines(indent, k, v)]
     lines[start + 1 : end] = [*keep, *added]
-    _write_checked(path, original, "".join(lines))
+    text = "".join(lines)
+    entry = next(a for a in yaml.safe_load(text)["adapters"] if a.get("name") == name)
+    wrong = [k for k, v in fields.items() if entry.get(k) != v]
+    if wrong:  # never write an edit that did not take (a layout this editor misread)
+        raise ValueError(
+            f"adapter {name!r}: could not edit {', '.join(wrong)} in {path}; edit the entry by hand"
+        )
+    _write_checked(path, original, text)
+
+
+def _entry_end(lines: list[str], start: int, indent: str) -> int:
+    """The line after an entry's last field: blank and comment lines inside the entry (before
+    another of its fields) belong to it; those after its last field do not."""
+    end = j = start + 1
+    while j < len(lines):
+        line = lines[j]
+        if line.startswith(indent) and line.strip() and not line.lstrip().startswith("#"):
+            end = j + 1
+        elif line.strip() and not line.lstrip().startswith("#"):
+            break  # the next entry, or the end of the list
+        j += 1
+    return end
 
 
 def _field_lines(indent: str, key: str, value: Any) -> list[str]:

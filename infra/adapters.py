@@ -35,10 +35,12 @@ def shards(dep: Deployment) -> dict[int, list[ResolvedAdapter]]:
     for a in dep.adapters:
         out.setdefault(shard_of(a.name), []).append(a)
     for index, members in out.items():
-        if len(members) > MAX_RESOURCES_PER_TEMPLATE:
+        # A canary is a component of its own in its entry's shard.
+        components = sum(len(a.component_names) for a in members if not a.merged)
+        if components > MAX_RESOURCES_PER_TEMPLATE:
             raise ValueError(
-                f"adapter shard {index} of environment {dep.env.name!r} holds {len(members)} "
-                f"adapters, over {MAX_RESOURCES_PER_TEMPLATE} per template; raise SHARD_COUNT"
+                f"adapter shard {index} of environment {dep.env.name!r} holds {components} "
+                f"components, over {MAX_RESOURCES_PER_TEMPLATE} per template; raise SHARD_COUNT"
             )
     return dict(sorted(out.items()))
 

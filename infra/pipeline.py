@@ -37,8 +37,9 @@ RUNTIMES = codebuild.BuildSpec.from_object(
     {"phases": {"install": {"runtime-versions": {"python": "3.12", "nodejs": "20"}}}}
 )
 #: What the pipeline leaves to ``make release`` before each environment's serving stack: the
-#: image, the base weights and the adapter archives (CDK Pipelines deploys the stacks itself).
-RELEASE_STEPS = "image,weights,adapters"
+#: image, the base weights, the adapter archives (merged ones staged), and the Model Registry's
+#: approval of every version the stage deploys (CDK Pipelines deploys the stacks itself).
+RELEASE_STEPS = "image,weights,adapters,approval"
 
 #: Action wildcards in the policies CDK Pipelines writes for its roles: object- and key-level
 #: verbs on the pipeline's own artifact bucket and key (``grantReadWrite`` and friends).
@@ -179,7 +180,7 @@ class PipelineStack(Stack):
         stacks = [arn("cloudformation", "stack", f"{prefix}-*/*"),
                   arn("cloudformation", "stack", "lora-fleet-account/*")]  # fmt: skip
         objects = [f"arn:{stack.partition}:s3:::{bucket}/{p}*"
-                   for p in ("base/", "adapters/", "release/")]  # fmt: skip
+                   for p in ("base/", "adapters/", "merged/", "release/")]  # fmt: skip
         packages = [
             arn("sagemaker", "model-package-group", f"{prefix}-*"),
             arn("sagemaker", "model-package", f"{prefix}-*/*"),
@@ -349,8 +350,8 @@ class PipelineStack(Stack):
         reasons = {
             "cloudformation": "The environment's own stacks by name prefix (and the shared "
             "account stack): CloudFormation appends a generated id to stack ARNs; read only.",
-            "s3": "Only the staging prefixes (base/, adapters/, release/) of the environment's "
-            "artifact bucket, whose object keys carry revisions and versions.",
+            "s3": "Only the staging prefixes (base/, adapters/, merged/, release/) of the "
+            "environment's artifact bucket, whose object keys carry revisions and versions.",
             "kms": "Any key id, but only the key whose alias is the environment's data key "
             "(kms:ResourceAliases condition); the key's id exists only after its stack deploys.",
             "sagemaker": "The environment's model package groups (named PREFIX-ADAPTER, one per "

@@ -566,12 +566,14 @@ class Release:
                 base_dir = self.tools.download_base(base.model_id, base.revision, work / "base")
             for a in todo:
                 archive = work / f"{a.name}.tar.gz"
-                key = self.adapter_key(a.name, a.entry.version)
+                bucket, key = self.bucket, self.adapter_key(a.name, a.entry.version)
+                if a.entry.artifact:  # an archive the catalog names outside the bucket
+                    bucket, key = a.entry.artifact.removeprefix("s3://").split("/", 1)
                 try:
-                    self.s3.download_file(self.bucket, key, str(archive))
+                    self.s3.download_file(bucket, key, str(archive))
                 except ClientError as exc:
                     raise ReleaseError(
-                        f"{a.name}: cannot read s3://{self.bucket}/{key} to merge ({exc})"
+                        f"{a.name}: cannot read s3://{bucket}/{key} to merge ({exc})"
                     ) from None
                 out = work / f"{a.name}-merged"
                 self.log(f"  {a.name}: merging {a.entry.version} into {base.model_id}")

@@ -35,8 +35,6 @@ from lambda_proxy.quota import BREAKER_S
 
 #: How long a session key keeps its version after its last request, in seconds.
 SESSION_TTL_S = 24 * 3600
-#: How long a rolled-back canary stays off (a new canary version has a switch of its own).
-OFF_TTL_S = 30 * 24 * 3600
 
 #: KEYS: the off switch, the session's assignment (empty: no session), the new-key counter.
 #: ARGV: weight (percent), session TTL (s). Returns 1 for the canary, 0 for stable, -1 when
@@ -65,8 +63,10 @@ return pick
 """
 
 #: KEYS: the window's counters (a hash of ``req`` and ``err``), the off switch. ARGV: failed
-#: (0/1), max error rate, min requests, window (s), off TTL (s). Returns the counts and 1 when
-#: this call switched the canary off (else 0).
+#: (0/1), max error rate, min requests, window (s). Returns the counts and 1 when this call
+#: switched the canary off (else 0). The switch has no TTL: the response cache's eviction
+#: (ElastiCache's default ``volatile-lru``) only takes keys that have one, and a canary rolled
+#: back stays so until the catalog changes it (a new canary version has a switch of its own).
 _RECORD = """
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return {0, 0, 0}
@@ -76,7 +76,7 @@ local err = redis.call('HINCRBY', KEYS[1], 'err', tonumber(ARGV[1]))
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]) * 2)
 if req >= tonumber(ARGV[3]) and err > tonumber(ARGV[2]) * req then
   local reason = err .. ' of ' .. req .. ' canary requests failed'
-  if redis.call('SET', KEYS[2], reason, 'NX', 'EX', ARGV[5]) then
+  if redis.call('SET', KEYS[2], reason, 'NX') then
     return {req, err, 1}
   end
 end
@@ -127,17 +127,15 @@ class Outcome:
 
 
 def _digest(*parts: str) -> str:
-    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
+    # surrogatepass: a header can carry a lone surrogate, which must not fail the request.
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 class LocalCanaries:
     """The scripts' state in this process: the fallback while Redis is away."""
 
-    MAX_SESSIONS = 100_000
-
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._sessions: collections.OrderedDict[str, bool] = collections.OrderedDict()
         self._counters: dict[str, int] = collections.defaultdict(int)
         self._windows: dict[str, list[int]] = {}
         self._off: set[str] = set()
@@ -151,6 +149,11 @@ class LocalCanaries:
                 return int(_digest(base, session), 16) % 100 < canary.weight
             n = self._counters[base] = self._counters[base] + 1
             return n * canary.weight // 100 > (n - 1) * canary.weight // 100
+
+    def switch_off(self, base: str) -> None:
+        """Redis said the canary is off: so it stays here when Redis goes away."""
+        with self._lock:
+            self._off.add(base)
 
     def record(self, base: str, window: str, canary: Canary, failed: bool) -> Outcome:
         with self._lock:
@@ -204,6 +207,8 @@ class Canaries:
         if got is None:
             local = self.fallback.choose(base, canary, None if key is None else key)
             return bool(local)
+        if int(got) == -1:
+            self.fallback.switch_off(base)
         return int(got) == 1
 
     def record(
@@ -221,7 +226,6 @@ class Canaries:
                 repr(canary.max_error_rate),
                 canary.min_requests,
                 canary.window_s,
-                OFF_TTL_S,
             ],
         )
         if got is None:

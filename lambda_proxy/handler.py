@@ -281,6 +281,9 @@ class Prepared:
     weights_sha256: str | None = None
     #: The canary this request was sent to (None: the stable version serves it).
     canary: Canary | None = None
+    #: For a canary's request, the stable version's: what serves it when the canary's component
+    #: is not there (``CANARY_ABSENT``).
+    fallback: Prepared | None = None
 
 
 def _charge(
@@ -363,7 +366,22 @@ def prepare(
     refused = _charge(who, adapter, req, Limits.of(route.get("quota")))
     if refused is not None:
         return refused
-    route, canary = _version(adapter, who, route, session_key(session))
+    served, canary = _version(adapter, who, route, session_key(session))
+    prep = _prepared(adapter, who, served, req, str(table.get("base_revision", "")), canary)
+    if canary is not None:
+        prep.fallback = _prepared(adapter, who, route, req, str(table.get("base_revision", "")))
+    return prep
+
+
+def _prepared(
+    adapter: str,
+    who: str,
+    route: dict[str, Any],
+    req: GenerateRequest,
+    base_revision: str,
+    canary: Canary | None = None,
+) -> Prepared:
+    """One version's payload and cache key."""
     payload = _payload(req)
     # The catalog's default schema for this adapter (sales-json's record), unless the request
     # names its own; before the cache key, so the key holds the schema that was decoded to.
@@ -377,7 +395,7 @@ def prepare(
     scope = "*" if mode == "shared" else who
     weights = route.get("weights_sha256")
     pins = f"{route.get('sha256') or ''}/{weights or ''}"
-    key = cache_key(adapter, version, str(table.get("base_revision", "")), payload, scope, pins)
+    key = cache_key(adapter, version, base_revision, payload, scope, pins)
     return Prepared(
         adapter,
         version,
@@ -436,8 +454,6 @@ def serve(
     session: str | None = None,
 ) -> dict[str, Any] | Failure:
     """Quota, cache, SageMaker: the native answer, or why not. Both APIs come through here."""
-    d = deps()
-    s = d.settings
     prep = prepare(adapter, caller, route, req, session)
     if isinstance(prep, Failure):
         return prep
@@ -446,31 +462,68 @@ def serve(
         return answer(adapter, prep.version, hit, "hit", t0, model_ms=0.0)
     t_model = time.perf_counter()
     try:
-        with tracer.provider.in_subsegment("invoke_endpoint") as sub:
-            sub.put_annotation(key="adapter", value=adapter)
-            result = complete_answer(
-                invoke(d.client, s.routing_table["endpoint"], prep.component, prep.payload,
-                       deadline_s=s.invoke_deadline_s)
-            )  # fmt: skip
+        result = _invoke(prep)
     except InvokeError as exc:
-        count_canary(prep, exc.status)
-        return invoke_failure(adapter, exc)
-    count_canary(prep, 200)
+        if prep.fallback is None or exc.code not in CANARY_ABSENT:
+            count_canary(prep, exc)
+            return invoke_failure(adapter, exc)
+        prep = prep.fallback  # the canary's component is gone or not made yet: stable answers
+        hit, cache_status = lookup(prep)
+        if hit is not None:
+            return answer(adapter, prep.version, hit, "hit", t0, model_ms=0.0)
+        try:
+            result = _invoke(prep)
+        except InvokeError as again:
+            return invoke_failure(adapter, again)
+    count_canary(prep, None)
     model_ms = (time.perf_counter() - t_model) * 1000
     metrics.add_metric(name="ModelLatency", unit=MetricUnit.Milliseconds, value=model_ms)
     remember(prep, cache_status, result)
     return answer(adapter, prep.version, result, cache_status, t0, model_ms)
 
 
-def count_canary(prep: Prepared, status: int, count: Any = None) -> None:
-    """Count a canary's answer (a 5xx but 503 is its failure) toward its rollback; the request whose
-    count switches the canary off counts ``CanaryRollback`` and logs why (the alarm on that
-    metric tells the adapter's owner). ``count``: as in ``remember``."""
+#: What SageMaker answers for an inference component that is not on the endpoint: a release
+#: that adds or removes a canary deploys its component and the router's table apart, so for a
+#: moment the router may name a canary component that is not (or no longer) there.
+CANARY_ABSENT = frozenset({"ValidationError"})
+
+
+def _invoke(prep: Prepared) -> dict[str, Any]:
+    s = deps().settings
+    with tracer.provider.in_subsegment("invoke_endpoint") as sub:
+        sub.put_annotation(key="adapter", value=prep.adapter)
+        return complete_answer(
+            invoke(
+                deps().client,
+                s.routing_table["endpoint"],
+                prep.component,
+                prep.payload,
+                deadline_s=s.invoke_deadline_s,
+            )
+        )
+
+
+#: The errors that are a canary version's own fault: its container failed (a 5xx it answered,
+#: an answer that is not one, a stream it broke). Not SageMaker's own failures or throttling,
+#: a container busy or not ready (503: capacity the stable version shares), nor a deadline
+#: (504: a tenant's long generation times out on either version), nor any 4xx (the request's).
+CANARY_FAULTS = frozenset({"ModelError", "BadModelOutput", "ModelStreamError", "StreamError"})
+
+
+def canary_fault(exc: InvokeError | None) -> bool:
+    return (
+        exc is not None and exc.code in CANARY_FAULTS and exc.status >= 500 and (exc.status != 503)
+    )
+
+
+def count_canary(prep: Prepared, exc: InvokeError | None, count: Any = None) -> None:
+    """Count a canary's answer (``exc``: how it failed, None for an answer) toward its
+    rollback; a failure counts when it is the version's own (``CANARY_FAULTS``). The request
+    whose count switches the canary off counts ``CanaryRollback`` and logs why (the alarm on
+    that metric tells the adapter's owner). ``count``: as in ``remember``."""
     if prep.canary is None:
         return
-    # A 503 (the container busy, or a component not ready) is capacity, not the version's
-    # fault: the stable version shares the base's compute and would have answered the same.
-    failed = status >= 500 and status != 503
+    failed = canary_fault(exc)
     outcome = deps().canaries.record(prep.adapter, prep.canary, failed)  # type: ignore[union-attr]
     if not outcome.rolled_back:
         return

@@ -21,6 +21,8 @@ from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from lambda_proxy.schema import Text
+
 router = Router()
 
 _TYPES = {
@@ -68,7 +70,8 @@ class _OpenAIRequest(BaseModel):
     stream: bool = Field(default=False, strict=True)
     stream_options: dict[str, bool] | None = None
     n: int = Field(default=1, ge=1, le=1)
-    user: str | None = None
+    #: OpenAI's end-user id; the router's canary session key (``handler.session_key``).
+    user: Text | None = Field(default=None, max_length=256)
     frequency_penalty: float | None = Field(default=None, ge=0.0, le=0.0)
     presence_penalty: float | None = Field(default=None, ge=0.0, le=0.0)
     response_format: ResponseFormat | None = None

@@ -110,15 +110,25 @@ class Stream:
         d = handler.deps()
         s = d.settings
         prep = self.plan.prep
-        self._body = open_stream(d.stream_client, s.routing_table["endpoint"], prep.component,
-                                 prep.payload, deadline_s=s.stream_deadline_s)  # fmt: skip
+        try:
+            self._body = open_stream(d.stream_client, s.routing_table["endpoint"],
+                                     prep.component, prep.payload,
+                                     deadline_s=s.stream_deadline_s)  # fmt: skip
+        except InvokeError as exc:
+            if prep.fallback is None or exc.code not in handler.CANARY_ABSENT:
+                raise
+            # The canary's component is not there (a release halfway): stable answers.
+            self.plan.prep = prep.fallback
+            self._body = open_stream(d.stream_client, s.routing_table["endpoint"],
+                                     prep.fallback.component, prep.fallback.payload,
+                                     deadline_s=s.stream_deadline_s)  # fmt: skip
 
     def refusal(self, exc: InvokeError) -> tuple[int, dict[str, str], bytes]:
         """A stream that could not be opened, as the JSON error its API answers with."""
         p = self.plan
         # Outside the handler's lock: counted and logged here, not in its metric buffer.
         _count(f"Error{exc.status}")
-        handler.count_canary(p.prep, exc.status, count=_count)
+        handler.count_canary(p.prep, exc, count=_count)
         handler.logger.warning("stream not opened", extra={
             "adapter": p.model, "code": exc.code, "status": exc.status, "detail": exc.detail,
             "request_id": p.request_id})  # fmt: skip
@@ -213,7 +223,7 @@ class Stream:
                     return
                 model_ms = (time.perf_counter() - t_model) * 1000
                 _count("ModelLatency", model_ms, MetricUnit.Milliseconds)
-                handler.count_canary(plan.prep, 200, count=_count)
+                handler.count_canary(plan.prep, None, count=_count)
                 handler.remember(plan.prep, plan.status, item, count=_count)
                 yield from fmt.done(item, model_ms)
                 return
@@ -296,7 +306,7 @@ class _Format:
     def error(self, exc: InvokeError) -> Iterator[bytes]:
         # After the 200 status: API Gateway logs a success, so the failure is counted here.
         _count(f"StreamError{exc.status}")
-        handler.count_canary(self.plan.prep, exc.status, count=_count)
+        handler.count_canary(self.plan.prep, exc, count=_count)
         if exc.status >= 500:  # API Gateway's 5XXError never sees it: alarmed on this one
             _count("StreamServerError")
         where = {"adapter": self.plan.model, "code": exc.code, "status": exc.status,

@@ -269,6 +269,8 @@ def publish(
     weights = next((files[f] for f in ("adapter_model.safetensors", "adapter_model.bin")
                     if f in files), None)  # fmt: skip
     if registry is not None:
+        from botocore.exceptions import ClientError
+
         from training.registry import RegistryError, register
 
         try:
@@ -286,6 +288,11 @@ def publish(
             )
         except RegistryError as exc:
             raise PublishError(str(exc)) from None
+        except ClientError as exc:  # the archive is uploaded; publishing again registers it
+            raise PublishError(
+                f"{adapter} {manifest['version']}: uploaded, but registering it "
+                f"in the Model Registry failed ({exc}); publish again"
+            ) from None
     # The revision the gate above ran against, when it is the entry's own base (an environment
     # that serves another base in its place, the local platform, proves nothing about it).
     gated = dep.base.revision if dep.base_key == entry.base else None

@@ -177,6 +177,12 @@ def approve(
     """Approve ``version``'s package, recording who (a person or a named check) and why."""
     if not by.strip():
         raise RegistryError("say who approves (--by NAME: a person or a named check)")
+    if not all(ch.isalnum() or ch.isspace() or ch in "_.:/=+-@" for ch in by):
+        # CustomerMetadataProperties' value pattern (botocore's sagemaker model).
+        raise RegistryError(
+            f"--by {by!r}: SageMaker records only letters, digits, spaces and "
+            "_ . : / = + - @ (a name like jane.doe@example.com)"
+        )
     a = dep.adapter(adapter)
     pkg = find(sm, group_name(a), version)
     if pkg is None:

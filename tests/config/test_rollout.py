@@ -160,3 +160,24 @@ def test_make_rollback_runs_the_command(tmp_path) -> None:
         text=True,
     )
     assert missing.returncode == 1 and "no-such" in missing.stderr
+
+
+def test_an_entry_with_blank_lines_and_comments_inside_is_edited_whole(tmp_path) -> None:
+    """A blank line or a comment inside an entry does not end it: the canary after it is
+    still the entry's (the edit once stopped at the blank line and left the canary in)."""
+    path = _catalog(tmp_path, version="1.0.0")
+    name = _entry(path).name
+    text = path.read_text()
+    head = f"- name: {name}\n"
+    i = text.index(head) + len(head)
+    indent = "  " + text[: text.index(head)].rsplit("\n", 1)[-1]
+    path.write_text(
+        text[:i] + f"\n{indent}# the canary under evaluation\n{indent}canary: "
+        "{version: '1.1.0', weight: 10}\n\n" + text[i:]
+    )
+    assert _entry(path).canary is not None
+    print(rollback(name, path))
+    entry = _entry(path)
+    assert entry.canary is None and entry.version == "1.0.0"
+    assert "# the canary under evaluation" in path.read_text()
+    assert [a.name for a in load_catalog(path).adapters] == [a["name"] for a in REAL["adapters"]]

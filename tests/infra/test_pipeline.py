@@ -133,7 +133,9 @@ def test_each_stage_releases_image_weights_and_adapters_between_stateful_and_ser
         assert order[f"{prefix}-stateful.Deploy"] < release["RunOrder"]
         assert release["RunOrder"] < order[f"{prefix}-serving.Prepare"]
         spec = projects[release["Configuration"]["ProjectName"]["Ref"]]
-        assert f"make release ENV={name} ARGS='--only image,weights,adapters'" in json.dumps(spec)
+        assert f"make release ENV={name} ARGS='--only image,weights,adapters,approval'" in (
+            json.dumps(spec)
+        )
         assert spec["Properties"]["Environment"]["PrivilegedMode"] is True  # docker buildx
 
 

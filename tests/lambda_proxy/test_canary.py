@@ -249,3 +249,77 @@ def test_a_busy_canary_is_not_rolled_back(redis_client, canary_version) -> None:
         assert sm.calls["lora-test-medical-canary"] == 50, "never rolled back"
     finally:
         h.configure(None)
+
+
+def test_a_rolled_back_canary_stays_off_and_the_fallback_learns_it(
+    redis_client, canary_version
+) -> None:
+    """The switch has no TTL (the cache's volatile-lru eviction takes only keys with one), and
+    an execution environment that saw it keeps the canary off when Redis goes away."""
+    from lambda_proxy.canary import Canaries, Canary
+
+    canaries = Canaries(redis_client)
+    c = Canary.of(_canary(canary_version, min_requests=2))
+    assert c is not None
+    assert [canaries.record("medical", c, failed=True).rolled_back for _ in range(2)] == [
+        False, True]  # fmt: skip
+    assert redis_client.ttl(f"lora:canary:v1:medical:{canary_version}:off") == -1
+    assert not any(canaries.choose("medical", c, "tenant", f"k{i}") for i in range(20))
+    canaries._skip_until = float("inf")  # Redis away: the fallback decides
+    assert not any(canaries.choose("medical", c, "tenant", f"k{i}") for i in range(20))
+
+
+def test_timeouts_and_sagemakers_own_failures_are_not_the_canarys() -> None:
+    from lambda_proxy.handler import canary_fault
+    from lambda_proxy.sagemaker import InvokeError, container_error
+
+    assert canary_fault(container_error(500, "CUDA error"))
+    assert canary_fault(InvokeError(502, "x", "BadModelOutput"))
+    assert not canary_fault(None)
+    assert not canary_fault(container_error(503, "busy"))
+    assert not canary_fault(container_error(400, "bad input"))
+    assert not canary_fault(InvokeError(504, "x", "Timeout"))
+    assert not canary_fault(InvokeError(502, "x", "InternalFailure"))
+    assert not canary_fault(InvokeError(502, "x", "EndpointConnectionError"))
+
+
+def test_a_lone_surrogate_in_the_openai_user_is_a_400_not_a_crash(redis_client) -> None:
+    routed(ResponseCache(redis_client, ttl_s=60), Components({}), medical={})
+    try:
+        ev = event(path="/v1/chat/completions",
+                   body='{"model": "medical", "user": "\\ud800", "messages": '
+                        '[{"role": "user", "content": "hi"}]}')  # fmt: skip
+        status, body = call(ev)
+        assert status == 400, body
+        ev["body"] = ev["body"].replace("\\\\ud800", "ok")
+        ev["headers"]["X-Session-Key"] = "\ud800"  # a header too: hashed, never a 500
+        assert call(ev)[0] != 500
+    finally:
+        h.configure(None)
+
+
+def test_a_canary_component_not_there_yet_or_any_more_falls_back_to_stable(
+    redis_client, canary_version
+) -> None:
+    """A release deploys the canary's component and the router's table apart: while the
+    table names a component SageMaker does not have (ValidationError), stable answers."""
+
+    class Absent(Components):
+        def invoke_endpoint(self, *, InferenceComponentName: str, Body: bytes, **kw: Any) -> dict:  # noqa: N803
+            if InferenceComponentName.endswith("-canary"):
+                self.calls[InferenceComponentName] += 1
+                raise ClientError({"Error": {"Code": "ValidationError", "Message":
+                                   "Inference Component lora-test-medical-canary not found"}},
+                                  "InvokeEndpoint")  # fmt: skip
+            return super().invoke_endpoint(InferenceComponentName=InferenceComponentName,
+                                           Body=Body, **kw)  # fmt: skip
+
+    sm = Absent({"lora-test-medical": "1.0.0", "lora-test-medical-canary": canary_version})
+    routed(ResponseCache(redis_client, ttl_s=60), sm,
+           medical={"canary": _canary(canary_version, weight=50), "cache": "off"})  # fmt: skip
+    try:
+        answers = [_ask(f"v{i}", i) for i in range(20)]
+        assert {(s, b["version"]) for s, b in answers} == {(200, "1.0.0")}
+        assert sm.calls["lora-test-medical-canary"] == 10  # tried, then stable
+    finally:
+        h.configure(None)
