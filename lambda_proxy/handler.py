@@ -367,9 +367,10 @@ def prepare(
     if refused is not None:
         return refused
     served, canary = _version(adapter, who, route, session_key(session))
-    prep = _prepared(adapter, who, served, req, str(table.get("base_revision", "")), canary)
+    revision = str(table.get("base_revision", ""))
+    prep = _prepared(adapter, who, served, req, revision, canary)
     if canary is not None:
-        prep.fallback = _prepared(adapter, who, route, req, str(table.get("base_revision", "")))
+        prep.fallback = _prepared(adapter, who, route, req, revision)
     return prep
 
 

@@ -22,21 +22,19 @@ class Components:
     """SageMaker runtime as the router calls it: answers per inference component, each as
     that component's adapter version would, and a component can be made to fail."""
 
-    def __init__(self, versions: dict[str, str], failing: frozenset[str] = frozenset()) -> None:
+    def __init__(self, versions: dict[str, str], failing: frozenset[str] = frozenset(),
+                 error: dict[str, Any] | None = None) -> None:  # fmt: skip
         self.versions = versions
         self.failing = failing
+        #: How a failing component fails (default: a container 500, as a ModelError).
+        self.error = error or {"Error": {"Code": "ModelError", "Message": "CUDA error"},
+                               "OriginalStatusCode": 500}  # fmt: skip
         self.calls: collections.Counter[str] = collections.Counter()
 
     def invoke_endpoint(self, *, InferenceComponentName: str, Body: bytes, **_: Any) -> dict:  # noqa: N803 - boto3's names
         self.calls[InferenceComponentName] += 1
         if InferenceComponentName in self.failing:
-            raise ClientError(
-                {
-                    "Error": {"Code": "ModelError", "Message": "CUDA error"},
-                    "OriginalStatusCode": 500,
-                },
-                "InvokeEndpoint",
-            )
+            raise ClientError(self.error, "InvokeEndpoint")
         version = self.versions[InferenceComponentName]
         body = json.dumps(
             {
@@ -231,16 +229,10 @@ def test_a_busy_canary_is_not_rolled_back(redis_client, canary_version) -> None:
     """503 (busy, not ready) is capacity the stable version shares: it never counts as the
     canary's failure; a ModelError (502) does."""
 
-    class Busy(Components):
-        def invoke_endpoint(self, *, InferenceComponentName: str, Body: bytes, **kw: Any) -> dict:  # noqa: N803
-            if InferenceComponentName.endswith("-canary"):
-                self.calls[InferenceComponentName] += 1
-                raise ClientError({"Error": {"Code": "ModelError", "Message": "busy"},
-                                   "OriginalStatusCode": 503}, "InvokeEndpoint")  # fmt: skip
-            return super().invoke_endpoint(InferenceComponentName=InferenceComponentName,
-                                           Body=Body, **kw)  # fmt: skip
-
-    sm = Busy({"lora-test-medical": "1.0.0", "lora-test-medical-canary": canary_version})
+    sm = Components({"lora-test-medical": "1.0.0", "lora-test-medical-canary": canary_version},
+                    frozenset({"lora-test-medical-canary"}),
+                    {"Error": {"Code": "ModelError", "Message": "busy"},
+                     "OriginalStatusCode": 503})  # fmt: skip
     routed(ResponseCache(redis_client, ttl_s=60), sm,
            medical={"canary": _canary(canary_version, weight=50), "cache": "off"})  # fmt: skip
     try:
@@ -304,17 +296,10 @@ def test_a_canary_component_not_there_yet_or_any_more_falls_back_to_stable(
     """A release deploys the canary's component and the router's table apart: while the
     table names a component SageMaker does not have (ValidationError), stable answers."""
 
-    class Absent(Components):
-        def invoke_endpoint(self, *, InferenceComponentName: str, Body: bytes, **kw: Any) -> dict:  # noqa: N803
-            if InferenceComponentName.endswith("-canary"):
-                self.calls[InferenceComponentName] += 1
-                raise ClientError({"Error": {"Code": "ValidationError", "Message":
-                                   "Inference Component lora-test-medical-canary not found"}},
-                                  "InvokeEndpoint")  # fmt: skip
-            return super().invoke_endpoint(InferenceComponentName=InferenceComponentName,
-                                           Body=Body, **kw)  # fmt: skip
-
-    sm = Absent({"lora-test-medical": "1.0.0", "lora-test-medical-canary": canary_version})
+    sm = Components({"lora-test-medical": "1.0.0", "lora-test-medical-canary": canary_version},
+                    frozenset({"lora-test-medical-canary"}),
+                    {"Error": {"Code": "ValidationError",
+                               "Message": "Inference Component lora-test-medical-canary not found"}})  # fmt: skip
     routed(ResponseCache(redis_client, ttl_s=60), sm,
            medical={"canary": _canary(canary_version, weight=50), "cache": "off"})  # fmt: skip
     try:
