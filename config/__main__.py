@@ -6,11 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from config.dataset_files import token_problems
 from config.loader import (
     CATALOG_PATH,
     ENVIRONMENTS_DIR,
+    REPO_ROOT,
     CatalogError,
     Deployment,
+    dataset_rows,
     environment_names,
     load_deployment,
 )
@@ -60,6 +63,60 @@ def _print_deployment(dep: Deployment) -> None:
     print()
 
 
+def _tokenizer(dep: Deployment):
+    """The base's tokenizer where this machine has it: a local base built under
+    .artifacts/base, or a hub base in the Hugging Face cache (never downloaded here)."""
+    from transformers import AutoTokenizer
+
+    built = REPO_ROOT / ".artifacts" / "base" / dep.base_key
+    try:
+        if (built / "tokenizer_config.json").exists():
+            return AutoTokenizer.from_pretrained(built)
+        return AutoTokenizer.from_pretrained(
+            dep.base.model_id, revision=dep.base.revision, local_files_only=True
+        )
+    except (OSError, ValueError):
+        return None
+
+
+def _token_issues(dep: Deployment, catalog: Path) -> tuple[list[str], list[str]]:
+    """(records too long for training, notes): every record of a local dataset file counted
+    in the base's chat template against the entry's max_length. Without the tokenizer here
+    the count is left to the trainer, which makes it before it starts (training.train)."""
+    entries = [
+        a for a in dep.adapters if a.entry.dataset_file and "://" not in a.entry.dataset_file
+    ]
+    if not entries:
+        return [], []
+    tokenizer = _tokenizer(dep)
+    if tokenizer is None:
+        names = ", ".join(a.name for a in entries)
+        return [], [
+            f"  note: no tokenizer for base {dep.base_key!r} on this machine, so the "
+            f"token lengths of {names}'s records are checked when training starts"
+        ]
+    errors = []
+    for a in entries:
+        _, rows = dataset_rows(a.entry, catalog.parent)
+        profile = a.profile
+
+        def count(text: str, output: str, system: str = profile.instruction) -> int:
+            turns = [
+                {"role": "system", "content": system},
+                {"role": "user", "content": text},
+                {"role": "assistant", "content": output},
+            ]
+            text = tokenizer.apply_chat_template(turns, tokenize=False)
+            return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+        errors += [
+            f"{catalog.name}: adapter {a.name!r}: field 'dataset': {a.entry.dataset}: "
+            f"{p} in environment {dep.env.name!r}"
+            for p in token_problems(rows, count, profile.max_length)
+        ]
+    return errors, []
+
+
 def _plan(env: str) -> int:
     from config.plan import CapacityError, plan
 
@@ -96,6 +153,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: {issue}", file=sys.stderr)
             continue
         _print_deployment(dep)
+        errors, notes = _token_issues(dep, args.catalog)
+        for line in notes:
+            print(line)
+        for line in errors:
+            failed = True
+            print(f"error: {line}", file=sys.stderr)
     if failed:
         print("catalog check failed", file=sys.stderr)
         return 1

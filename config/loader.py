@@ -15,6 +15,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from config.dataset_files import (
+    MAX_REPORTED,
+    DatasetFileError,
+    Row,
+    read_rows,
+    resolve_path,
+)
 from config.schema import (
     SAGEMAKER_NAME_MAX,
     SAGEMAKER_NAME_RE,
@@ -156,6 +163,8 @@ def load_catalog(path: Path | str = CATALOG_PATH) -> Catalog:
             known = ", ".join(sorted(catalog.base_models))
             issues.append(Issue(file, label, "base", f"unknown base {a.base!r} (known: {known})"))
             continue
+        issues.extend(Issue(file, label, f, why) for f, why in a.task_problems())
+        issues.extend(_dataset_issues(path.parent, file, label, a))
         issues.extend(_rank_issues(file, label, a, a.base, base))
         issues.extend(_schema_issues(path.parent, file, label, a))
         # AWS's LoRA guidance lists "changing the base revision without reevaluating its
@@ -184,6 +193,45 @@ def load_catalog(path: Path | str = CATALOG_PATH) -> Catalog:
     if issues:
         raise CatalogError(issues)
     return catalog
+
+
+#: The repository root: a dataset file's path is relative to it (or to the catalog).
+REPO_ROOT = CONFIG_DIR.parent
+_ROWS: dict[tuple[Path, int, int, str | None], list[Row]] = {}
+
+
+def dataset_rows(a: AdapterEntry, catalog_dir: Path) -> tuple[Path, list[Row]]:
+    """The entry's local dataset file and its records (read once per file version and
+    instruction); ``DatasetFileError`` names the bad records."""
+    if a.dataset_file is None or a.dataset_file.startswith("s3://"):
+        raise ValueError(f"adapter {a.name!r} names no dataset file in the repository")
+    path = resolve_path(a.dataset_file, catalog_dir, REPO_ROOT)
+    stat = path.stat()
+    instruction = a.profile().instruction
+    key = (path, stat.st_mtime_ns, stat.st_size, instruction)
+    if key not in _ROWS:
+        _ROWS[key] = read_rows(path, instruction=instruction)
+    return path, _ROWS[key]
+
+
+def _dataset_issues(root: Path, file: str, label: str, a: AdapterEntry) -> list[Issue]:
+    """Read a local dataset file and check every record, so a bad file fails ``make check``
+    naming the entry, the line and the field, and never reaches a training job. An S3 object
+    is read by ``training.launch`` before it creates the job."""
+    if a.dataset_file is None or a.dataset_file.startswith("s3://"):
+        return []
+    try:
+        _, rows = dataset_rows(a, root)
+    except DatasetFileError as exc:
+        shown = exc.problems[:MAX_REPORTED]
+        more = len(exc.problems) - len(shown)
+        return [Issue(file, label, "dataset", f"{a.dataset_file}: {p}") for p in shown] + (
+            [Issue(file, label, "dataset", f"{a.dataset_file}: and {more} more problems")]
+            if more
+            else []
+        )
+    a._dataset_records = len(rows)
+    return []
 
 
 #: The built-in schemas an entry may name without ``.json`` (``json_schema: sales-record``).

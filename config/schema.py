@@ -21,7 +21,15 @@ from pydantic import (
     model_validator,
 )
 
-from config.tasks import TARGET_MODULES, TASK_PROFILES, Targets, TaskProfile
+from config.dataset_files import FORMATS, S3_DATASET_RE, is_file_dataset
+from config.tasks import (
+    CUSTOM_METRICS,
+    TARGET_MODULES,
+    TASK_PROFILES,
+    Targets,
+    TaskProfile,
+    custom_profile,
+)
 
 #: SageMaker's rule for endpoint, endpoint-config, model and inference-component names.
 SAGEMAKER_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
@@ -336,8 +344,32 @@ class AdapterEntry(_Published):
     targets: Targets | None = None
     dropout: float | None = Field(default=None, ge=0.0, lt=1.0)
     training: TrainingOverrides = Field(default_factory=TrainingOverrides)
-    dataset: str | None = Field(default=None, description="dataset generator; default: the task")
+    dataset: str | None = Field(
+        default=None,
+        description="a built-in generator (a task's name; default: the entry's task), a "
+        "JSONL, CSV or Parquet file in the repository, or an s3:// URI of one "
+        "(config.dataset_files)",
+    )
     dataset_seed: int = 0
+    instruction: str | None = Field(
+        default=None,
+        min_length=1,
+        description="the system instruction the adapter is trained and served with (a custom "
+        "task's own; on a built-in task it replaces the profile's)",
+    )
+    metric: str | None = Field(
+        default=None,
+        description=f"a custom task's gate metric: {', '.join(CUSTOM_METRICS)}",
+    )
+    minimums: dict[str, float] | None = Field(
+        default=None, description="test-split floors by metric (a custom task's own)"
+    )
+    maximums: dict[str, float] | None = Field(
+        default=None, description="test-split ceilings by metric (a custom task's own)"
+    )
+    #: Records in the entry's dataset file, counted by the loader (a custom task's default
+    #: rank follows it); None for a generator or an S3 object not read here.
+    _dataset_records: int | None = PrivateAttr(default=None)
     allow: AccessPolicy = Field(default_factory=AccessPolicy)
     pin: bool = False
     quota: QuotaConfig | None = Field(
@@ -425,13 +457,92 @@ class AdapterEntry(_Published):
     @field_validator("task")
     @classmethod
     def _task(cls, v: str) -> str:
-        if v not in TASK_PROFILES:
-            raise ValueError(f"unknown task {v!r} (known: {', '.join(sorted(TASK_PROFILES))})")
+        if v not in TASK_PROFILES and not re.fullmatch(r"[a-z][a-z0-9_]{0,62}", v):
+            raise ValueError(
+                f"{v!r} is neither a built-in task ({', '.join(sorted(TASK_PROFILES))}) nor a "
+                "custom task name (lower-case letters, digits and underscores)"
+            )
         return v
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if v.startswith("s3://"):
+            if not S3_DATASET_RE.match(v):
+                raise ValueError(f"{v!r} is not an S3 URI of a {', '.join(FORMATS)} file")
+        elif is_file_dataset(v):
+            if v.startswith("/"):
+                raise ValueError(f"{v!r}: name a file inside the repository, by relative path")
+        elif v not in TASK_PROFILES:
+            raise ValueError(
+                f"{v!r} is neither a built-in generator ({', '.join(sorted(TASK_PROFILES))}) "
+                f"nor a dataset file ({', '.join(FORMATS)}, or s3://...)"
+            )
+        return v
+
+    def task_problems(self) -> list[tuple[str, str]]:
+        """(field, why) for a task the entry defines itself and does not define whole, or a
+        metric a built-in task does not take (``config.loader`` reports them by field)."""
+        if self.task in TASK_PROFILES:
+            built_in = TASK_PROFILES[self.task].metric
+            if self.metric is not None and self.metric != built_in:
+                return [
+                    (
+                        "metric",
+                        f"task {self.task!r} is built in and gated on {built_in}; "
+                        "a task of your own (a new task name) takes a metric",
+                    )
+                ]
+            return []
+        missing = [f for f in ("instruction", "metric") if getattr(self, f) is None]
+        if not is_file_dataset(self.dataset):
+            missing.append("dataset (a file of yours: path/to/file.jsonl)")
+        problems = []
+        if missing:
+            known = ", ".join(sorted(TASK_PROFILES))
+            problems.append(
+                (
+                    "task",
+                    f"task {self.task!r} is not built in ({known}), so the entry defines it; "
+                    f"missing: {', '.join(missing)}",
+                )
+            )
+        if self.metric is not None and self.metric not in CUSTOM_METRICS:
+            problems.append(
+                ("metric", f"{self.metric!r} is not one of {', '.join(CUSTOM_METRICS)}")
+            )
+        if self.metric == "json_schema" and self.json_schema is None:
+            problems.append(
+                (
+                    "json_schema",
+                    "metric json_schema checks outputs against the entry's json_schema: name one",
+                )
+            )
+        return problems
+
+    @property
+    def dataset_file(self) -> str | None:
+        """The dataset file (path or s3:// URI) the entry trains on, if not a generator."""
+        return self.dataset if is_file_dataset(self.dataset) else None
+
+    @property
+    def dataset_records(self) -> int | None:
+        return self._dataset_records
 
     def profile(self) -> TaskProfile:
         """The task profile with this entry's overrides applied."""
-        base = TASK_PROFILES[self.task]
+        if self.task in TASK_PROFILES:
+            base = TASK_PROFILES[self.task]
+        else:
+            base = custom_profile(
+                self.task,
+                instruction=self.instruction or "",
+                metric=self.metric or "chrf",
+                description=self.description,
+                records=self._dataset_records,
+            )
         updates: dict[str, object] = {
             k: v
             for k, v in {
@@ -439,6 +550,9 @@ class AdapterEntry(_Published):
                 "alpha": self.alpha,
                 "targets": self.targets,
                 "dropout": self.dropout,
+                "instruction": self.instruction,
+                "minimums": self.minimums,
+                "maximums": self.maximums,
             }.items()
             if v is not None
         }

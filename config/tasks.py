@@ -14,6 +14,7 @@ what is checked against the base's ``max_lora_rank`` and what the capacity plann
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -72,6 +73,17 @@ class TaskProfile(BaseModel):
     )
 
 
+#: The schedule every profile shares (a GPU job's: epochs at 2e-4, early stopping on the
+#: validation loss); an environment's training plan adapts it to its hardware.
+SCHEDULE: dict[str, Any] = {
+    "dropout": 0.05,
+    "learning_rate": 2e-4,
+    "epochs": 3,
+    "weight_decay": 0.01,
+    "eval_steps": 10,
+    "early_stopping_patience": 5,
+}
+
 TASK_PROFILES: dict[str, TaskProfile] = {
     p.task: p
     for p in (
@@ -82,12 +94,7 @@ TASK_PROFILES: dict[str, TaskProfile] = {
             rank=64,
             alpha=128,
             targets=Targets.all_linear,
-            dropout=0.05,
-            learning_rate=2e-4,
-            epochs=3,
-            weight_decay=0.01,
-            eval_steps=10,
-            early_stopping_patience=5,
+            **SCHEDULE,
             instruction="Expand the clinical shorthand into full medical terminology.",
             minimums={"faithfulness": 0.9},
         ),
@@ -98,12 +105,7 @@ TASK_PROFILES: dict[str, TaskProfile] = {
             rank=8,
             alpha=16,
             targets=Targets.all_linear,
-            dropout=0.05,
-            learning_rate=2e-4,
-            epochs=3,
-            weight_decay=0.01,
-            eval_steps=10,
-            early_stopping_patience=5,
+            **SCHEDULE,
             instruction="Extract the sales dialogue into JSON.",
             minimums={"json_valid": 0.95, "json_field_f1": 0.7},
         ),
@@ -114,12 +116,7 @@ TASK_PROFILES: dict[str, TaskProfile] = {
             rank=16,
             alpha=32,
             targets=Targets.all_linear,
-            dropout=0.05,
-            learning_rate=2e-4,
-            epochs=3,
-            weight_decay=0.01,
-            eval_steps=10,
-            early_stopping_patience=5,
+            **SCHEDULE,
             instruction="Rewrite the Singlish sentence in Standard English.",
             minimums={"faithfulness": 0.8},
         ),
@@ -130,12 +127,7 @@ TASK_PROFILES: dict[str, TaskProfile] = {
             rank=8,
             alpha=16,
             targets=Targets.all_linear,
-            dropout=0.05,
-            learning_rate=2e-4,
-            epochs=3,
-            weight_decay=0.01,
-            eval_steps=10,
-            early_stopping_patience=5,
+            **SCHEDULE,
             instruction="Redact every piece of personal information with typed placeholders.",
             minimums={"redaction_score": 0.9},
             maximums={"pii_leak_rate": 0.0},
@@ -147,12 +139,7 @@ TASK_PROFILES: dict[str, TaskProfile] = {
             rank=8,
             alpha=16,
             targets=Targets.all_linear,
-            dropout=0.05,
-            learning_rate=2e-4,
-            epochs=3,
-            weight_decay=0.01,
-            eval_steps=10,
-            early_stopping_patience=5,
+            **SCHEDULE,
             instruction="Rewrite the text in a neutral tone.",
             minimums={"faithfulness": 0.8},
         ),
@@ -163,14 +150,52 @@ TASK_PROFILES: dict[str, TaskProfile] = {
             rank=16,
             alpha=16,
             targets=Targets.all_linear,
-            dropout=0.05,
-            learning_rate=2e-4,
-            epochs=3,
-            weight_decay=0.01,
-            eval_steps=10,
-            early_stopping_patience=5,
+            **SCHEDULE,
             instruction="Rewrite the informal text in a formal register.",
             minimums={"faithfulness": 0.8},
         ),
     )
 }
+
+
+#: The metrics a task defined in the catalog may be gated on (``training.metrics.score``):
+#: chrf and exact compare with the label; json_schema checks the output against the entry's
+#: JSON Schema, then scores its fields; facts counts the input's facts the output keeps,
+#: less the ones it invents or changes.
+CUSTOM_METRICS = ("chrf", "exact", "json_schema", "facts")
+
+#: The seed article's table, by training-set size: "a high-rank LoRA with a high scaling
+#: parameter" for a limited training set (under 100 examples), a lower rank for an expansive
+#: one to prevent overfitting; alpha = 2r, the table's standard scale. The middle band is the
+#: table's "standard to high" rank 16.
+SIZE_RANKS = ((100, 64, 128), (1000, 16, 32))
+LARGE_RANK = (8, 16)
+
+
+def size_rank(records: int | None) -> tuple[int, int]:
+    """(rank, alpha) for a dataset of ``records`` examples; an unknown size takes the middle
+    band, which the entry can override with ``rank``/``alpha``."""
+    if records is None:
+        return SIZE_RANKS[1][1:]
+    for below, rank, alpha in SIZE_RANKS:
+        if records < below:
+            return rank, alpha
+    return LARGE_RANK
+
+
+def custom_profile(
+    task: str, *, instruction: str, metric: str, description: str, records: int | None
+) -> TaskProfile:
+    """The profile of a task a catalog entry defines itself: its instruction and metric, the
+    size-based rank and alpha, and the built-in profiles' shared schedule."""
+    rank, alpha = size_rank(records)
+    return TaskProfile(
+        task=task,
+        description=description or f"custom task {task}",
+        metric=metric,
+        rank=rank,
+        alpha=alpha,
+        targets=Targets.all_linear,
+        **SCHEDULE,
+        instruction=instruction,
+    )

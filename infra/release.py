@@ -125,6 +125,13 @@ class Tools:
 
         return job_metrics(name, region)
 
+    def job_archive(self, uri: str, adapter: str, region: str) -> str:
+        """The sha256 of the adapter archive a training job wrote (publish ties the archive
+        it is given to the job by it)."""
+        from training.publish import job_archive_sha256
+
+        return job_archive_sha256(uri, adapter, region)
+
     def smoke(self, env: str) -> int:
         from infra.smoke import main
 
@@ -535,6 +542,7 @@ class Release:
                     kms_key=self._kms_key(),
                     base_dir=self.base_dir,
                     describe_job=self.tools.training_job,
+                    job_archive=self.tools.job_archive,
                     registry=self.sm,
                 )
             except PublishError as exc:

@@ -29,7 +29,6 @@ from typing import Any
 from config import (
     CATALOG_PATH,
     ENVIRONMENTS_DIR,
-    TASK_PROFILES,
     CatalogError,
     Deployment,
     load_deployment,
@@ -146,7 +145,7 @@ def _ask(dep: Deployment, base: str, adapter: str, session: str, timeout_s: floa
     body = json.dumps(
         {
             "messages": [
-                {"role": "system", "content": TASK_PROFILES[entry.task].instruction},
+                {"role": "system", "content": entry.profile().instruction},
                 {"role": "user", "content": SMOKE_INPUT},
             ],
             # Sampled, so the router bypasses its cache and the component itself answers.

@@ -264,16 +264,24 @@ def _catalog_view(gateway: LocalGateway) -> dict[str, Any]:
             "rank": profile.rank, "alpha": profile.alpha, "targets": profile.targets,
             "dropout": profile.dropout,
         })  # fmt: skip
-        tasks.setdefault(route["task"], {"instruction": profile.instruction, "samples": []})
-    for task, info in tasks.items():
-        info["samples"] = _samples(task)
+        if route["task"] not in tasks:
+            tasks[route["task"]] = {"instruction": profile.instruction,
+                                    "samples": _samples(route["task"], entry)}  # fmt: skip
     return {"adapters": adapters, "tasks": tasks, "base": gateway.table.get("base_component")}
 
 
+def _samples(task: str, entry: Any, n: int = 5) -> list[str]:
+    """A few test inputs of the task, never seen in training: of the entry's own dataset when
+    it names a file in the repository, else of the task's generator."""
+    source = entry.dataset_file if entry is not None else None
+    if source is not None and "://" not in source:
+        return _file_samples(source, entry.dataset_seed, task, n)
+    return _generated_samples(task, n)
+
+
 @functools.cache
-def _samples(task: str, n: int = 5) -> list[str]:
-    """A few test inputs of the task, never seen in training (generated once per process: the
-    page asks often)."""
+def _generated_samples(task: str, n: int) -> list[str]:
+    """(Generated once per process: the page asks often.)"""
     try:
         from training import datasets
     except ImportError:  # a gateway without the training extra shows no samples
@@ -283,6 +291,20 @@ def _samples(task: str, n: int = 5) -> list[str]:
     except KeyError:
         return []
     return [r.raw for r in split.test[:n]]
+
+
+@functools.cache
+def _file_samples(source: str, seed: int, task: str, n: int) -> list[str]:
+    from config.dataset_files import DatasetFileError, read_rows, resolve_path
+    from config.loader import CATALOG_PATH, REPO_ROOT
+
+    try:
+        from training.datasets.user import split_rows
+
+        rows = read_rows(resolve_path(source, CATALOG_PATH.parent, REPO_ROOT))
+        return [r.raw for r in split_rows(task, rows, seed).test[:n]]
+    except (ImportError, DatasetFileError, ValueError):
+        return []
 
 
 def availability(gateway: LocalGateway, registered: list[dict[str, Any]]) -> dict[str, Any]:

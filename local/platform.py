@@ -120,8 +120,16 @@ def cached_adapter(dep: Deployment, name: str, out: Path, base_manifest: dict,
 
     if m.get("hyperparameters") != recorded_hyperparameters(dep.adapter(name).profile, max_steps):
         return "hyperparameters changed"
-    if "publishable" not in (m.get("eval") or {}):
+    from training.metrics import SCORER_VERSION
+
+    if (m.get("eval") or {}).get("scorer") != SCORER_VERSION:
         return "evaluated by an older gate"
+    from config import CATALOG_PATH
+    from training import datasets
+
+    split, _ = datasets.for_entry(entry, CATALOG_PATH.parent)
+    if (m.get("dataset") or {}).get("sha256") != split.sha256():
+        return "its dataset changed"
     return None
 
 
@@ -534,10 +542,11 @@ def tour(dep: Deployment, gateway_url: str, log=print, max_new_tokens: int = 64,
     hit. Each sends a test-split input (never seen in training) as plain ``inputs``, the seed
     article's request form (the runtime gives it the chat shape the adapter was trained on),
     and shows whether the output kept the input's facts (and, for PII, leaked nothing)."""
+    from config import CATALOG_PATH
     from training import datasets
 
     adapters = [a for a in dep.adapters if only is None or a.name in only]
-    samples = {a.name: datasets.load(a.entry.dataset or a.entry.task, a.entry.dataset_seed).test[0]
+    samples = {a.name: datasets.for_entry(a.entry, CATALOG_PATH.parent)[0].test[0]
                for a in adapters}  # fmt: skip
     rows = []
     with httpx.Client(base_url=gateway_url, timeout=120.0) as client:
@@ -566,6 +575,8 @@ def _tour_row(client: httpx.Client, label: str, adapter: str, sample: Any,
     answer = resp.json()
     output = answer.get("output", answer.get("error")) or ""
     facts = f"{round(faithfulness(output, sample.facts) * len(sample.facts))}/{len(sample.facts)}"
+    if not sample.facts:  # a team's own record: does the answer match its label?
+        facts = "equal" if output.strip() == sample.label.strip() else "differs"
     if sample.category == "pii_redaction":
         leak, _ = pii_example(output, sample.label, json.loads(sample.note))
         facts = "leak" if leak else "no leak"

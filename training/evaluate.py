@@ -1,10 +1,19 @@
-"""The publish gate: adapter vs its base on the test split, with the task's metric.
+"""The publish gate: an adapter against its base and against trivial answers, on the test split.
 
-Both are run greedily, batched, on the same prompts (the task instruction as the system turn,
-the input as the user turn, in the base tokenizer's chat template). The adapter passes when
+The adapter is run as it is served (the task instruction as the system turn, the input as the
+user turn, the base tokenizer's chat template). Its rivals:
 
-- it beats the base: the paired bootstrap's 95% interval of (adapter - base) per example lies
-  above zero (``metrics.paired_bootstrap``), and
+- the base under the same task contract: the instruction plus what the task's output must be
+  (the JSON Schema; the placeholder names), with Qwen3's thinking turned off;
+- the echo of the input: a rewrite that changes nothing keeps every fact;
+- the nearest training label: the label of the training input most like the test input, a
+  lookup that a test set made of a template's slot fills would reward.
+
+The adapter passes when
+
+- it beats the strongest of them (highest mean): the paired bootstrap's 95% interval of
+  (adapter - rival) per example lies above zero (``metrics.paired_bootstrap``, resampling
+  near-duplicate groups together when the dataset has them), and
 - it reaches the task profile's floors (``minimums``) and stays under its ceilings
   (``maximums``) on the test split.
 
@@ -16,6 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -23,24 +34,77 @@ import torch
 
 from config.tasks import TaskProfile
 from training.datasets import Record
-from training.metrics import Scores, paired_bootstrap, score
+from training.metrics import SCORER_VERSION, Scores, headline, paired_bootstrap, score
 
 #: Test examples the gate scores (the split holds at least this many).
 GATE_EXAMPLES = 64
 
 
-def prompts(profile: TaskProfile, records: list[Record], tokenizer) -> list[str]:
+def contract(profile: TaskProfile, schema: dict[str, Any] | None) -> str:
+    """The instruction with what the output must be spelled out, for the base: a base that is
+    never told the JSON keys or the placeholder names scores near zero by construction."""
+    from training.datasets.pii import PLACEHOLDERS
+
+    text = profile.instruction
+    if schema is not None and headline(profile.metric) == "json_field_f1":
+        text += (
+            " Answer with one JSON object, and nothing else, that satisfies this JSON "
+            f"Schema: {json.dumps(schema, separators=(',', ':'))}"
+        )
+    if profile.metric == "pii_leak_rate":
+        text += (
+            " Replace each value with its placeholder: "
+            + ", ".join(PLACEHOLDERS.values())
+            + "; keep every other word."
+        )
+    return text
+
+
+def prompts(profile: TaskProfile, records: list[Record], tokenizer, system: str = "") -> list[str]:
+    # enable_thinking=False: Qwen3's template otherwise lets the model think first, inside the
+    # answer's token budget; templates without the switch ignore it.
     return [
         tokenizer.apply_chat_template(
             [
-                {"role": "system", "content": profile.instruction},
+                {"role": "system", "content": system or profile.instruction},
                 {"role": "user", "content": r.raw},
             ],
             add_generation_prompt=True,
             tokenize=False,
+            enable_thinking=False,
         )
         for r in records
     ]
+
+
+def _grams(text: str, n: int = 3) -> Counter[str]:
+    text = " ".join(text.lower().split())
+    return Counter(text[i : i + n] for i in range(max(1, len(text) - n + 1)))
+
+
+def nearest_labels(records: list[Record], train: list[Record]) -> list[str]:
+    """For each record, the label of the training record whose input is most alike (cosine
+    of character trigram counts): the lookup a memorizing adapter would amount to."""
+    index = [(_grams(t.raw), t.label) for t in train]
+    norms = [math.sqrt(sum(v * v for v in g.values())) or 1.0 for g, _ in index]
+    out = []
+    for r in records:
+        q = _grams(r.raw)
+        qn = math.sqrt(sum(v * v for v in q.values())) or 1.0
+        sims = [
+            sum(c * g[k] for k, c in q.items() if k in g) / (qn * gn)
+            for (g, _), gn in zip(index, norms, strict=True)
+        ]
+        out.append(index[max(range(len(sims)), key=sims.__getitem__)][1])
+    return out
+
+
+def trivial_outputs(records: list[Record], train: list[Record]) -> dict[str, list[str]]:
+    """The answers that need no model: the echo and the nearest training label."""
+    rivals = {"echo": [r.raw for r in records]}
+    if train:
+        rivals["nearest_label"] = nearest_labels(records, train)
+    return rivals
 
 
 @torch.inference_mode()
@@ -65,15 +129,30 @@ def generate(model, tokenizer, texts: list[str], max_new_tokens: int, batch: int
 
 
 def gate(
-    profile: TaskProfile, adapter: Scores, base: Scores, *, confidence: float = 0.95
+    profile: TaskProfile,
+    adapter: Scores,
+    base: Scores,
+    *,
+    rivals: dict[str, Scores] | None = None,
+    groups: list[str] | None = None,
+    confidence: float = 0.95,
 ) -> dict[str, Any]:
-    """The verdict from per-example scores: the bootstrap, the floors and the ceilings."""
-    boot = paired_bootstrap(adapter.per_example, base.per_example, confidence=confidence)
+    """The verdict from per-example scores: the bootstrap against the strongest rival (the
+    base, or a trivial answer in ``rivals``), the floors and the ceilings."""
+    every = {"base": base, **(rivals or {})}
+    boots = {
+        name: paired_bootstrap(
+            adapter.per_example, s.per_example, confidence=confidence, groups=groups
+        )
+        for name, s in every.items()
+    }
+    strongest = max(every, key=lambda name: every[name].summary["score"])
+    boot = boots[strongest]
     failures = []
     if boot["ci_low"] <= 0:
         failures.append(
-            f"does not beat the base: {confidence:.0%} interval of the {profile.metric} "
-            f"difference is [{boot['ci_low']:.4g}, {boot['ci_high']:.4g}]"
+            f"does not beat the strongest baseline, {strongest}: {confidence:.0%} interval of "
+            f"the {profile.metric} difference is [{boot['ci_low']:.4g}, {boot['ci_high']:.4g}]"
         )
     for metric, floor in profile.minimums.items():
         if adapter.summary.get(metric, float("-inf")) < floor:
@@ -81,18 +160,24 @@ def gate(
     for metric, ceiling in profile.maximums.items():
         if adapter.summary.get(metric, float("inf")) > ceiling:
             failures.append(f"{metric} {adapter.summary.get(metric, 0):.3f} is above {ceiling}")
+
+    def rounded(b: dict[str, float]) -> dict[str, float]:
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in b.items()}
+
     return {
-        "bootstrap": {k: round(v, 4) if isinstance(v, float) else v for k, v in boot.items()},
-        "beats_base": boot["ci_low"] > 0,
+        "bootstrap": rounded(boot),
+        "strongest_baseline": strongest,
+        "against": {name: rounded(b) for name, b in boots.items()},
+        "beats_base": boots["base"]["ci_low"] > 0,
         "publishable": not failures,
         "failures": failures,
     }
 
 
-def _outputs_key(base_dir: Path, profile: TaskProfile, records: list[Record], tokens: int) -> str:
+def _outputs_key(base_dir: Path, texts: list[str], tokens: int) -> str:
     manifest = Path(base_dir) / "base_manifest.json"
     ident = manifest.read_text() if manifest.exists() else str(Path(base_dir).resolve())
-    payload = json.dumps([ident, profile.instruction, [r.raw for r in records], tokens])
+    payload = json.dumps([ident, texts, tokens])
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
@@ -102,13 +187,19 @@ def compare(
     profile: TaskProfile,
     records: list[Record],
     *,
+    train: list[Record] | tuple[Record, ...] = (),
+    schema: dict[str, Any] | None = None,
+    grouped: bool = False,
     limit: int = GATE_EXAMPLES,
     cache_dir: Path | None = None,
     log=print,
 ) -> dict[str, Any]:
-    """Scores of the base and of base+adapter on the same test records, and the verdict.
+    """Scores of the base, of base+adapter and of the trivial answers on the same test
+    records, and the verdict. ``train``: the training records the nearest-label lookup reads;
+    ``schema``: the JSON Schema a valid output satisfies; ``grouped``: the records carry their
+    near-duplicate group (``Record.category``) for a cluster bootstrap.
 
-    The base's outputs depend only on the base, the instruction and the records, so with a
+    The base's outputs depend only on the base, its prompt and the records, so with a
     ``cache_dir`` they are computed once per task and reused by every adapter of it.
     """
     from peft import PeftModel
@@ -117,33 +208,46 @@ def compare(
     records = list(records[:limit])
     tok = AutoTokenizer.from_pretrained(base_dir)
     texts = prompts(profile, records, tok)
+    base_texts = prompts(profile, records, tok, contract(profile, schema))
     longest = max(len(tok(r.label)["input_ids"]) for r in records)
     tokens = longest + 8
     base = AutoModelForCausalLM.from_pretrained(base_dir).eval()
     cached = None
     if cache_dir is not None:
-        cached = Path(cache_dir) / f"base-{_outputs_key(base_dir, profile, records, tokens)}.json"
+        key = _outputs_key(base_dir, base_texts, tokens)
+        cached = Path(cache_dir) / f"base-{key}.json"
     if cached is not None and cached.exists():
         base_outputs = json.loads(cached.read_text())
     else:
         log(f"evaluating the base on {len(records)} test examples")
-        base_outputs = generate(base, tok, texts, tokens)
+        base_outputs = generate(base, tok, base_texts, tokens)
         if cached is not None:
             cached.parent.mkdir(parents=True, exist_ok=True)
             cached.write_text(json.dumps(base_outputs))
-    base_scores = score(profile.metric, base_outputs, records)
+    base_scores = score(profile.metric, base_outputs, records, schema=schema)
+    rivals = {
+        name: score(profile.metric, outs, records, schema=schema)
+        for name, outs in trivial_outputs(records, list(train)).items()
+    }
     log(f"evaluating the adapter on {len(records)} test examples")
     tuned = PeftModel.from_pretrained(base, adapter_dir).eval()
     outputs = generate(tuned, tok, texts, tokens)
-    adapter_scores = score(profile.metric, outputs, records)
-    verdict = gate(profile, adapter_scores, base_scores)
+    adapter_scores = score(profile.metric, outputs, records, schema=schema)
+    groups = [r.category for r in records] if grouped else None
+    verdict = gate(profile, adapter_scores, base_scores, rivals=rivals, groups=groups)
     return {
         "metric": profile.metric,
+        "scorer": SCORER_VERSION,
         "split": "test",
         "examples": len(records),
         "base": {k: round(v, 4) for k, v in base_scores.summary.items()},
         "adapter": {k: round(v, 4) for k, v in adapter_scores.summary.items()},
+        "baselines": {
+            name: {k: round(v, 4) for k, v in sc.summary.items()} for name, sc in rivals.items()
+        },
         **verdict,
-        "samples": [{"raw": r.raw, "label": r.label, "output": o, "base_output": b}
-                    for r, o, b in zip(records[:3], outputs[:3], base_outputs[:3], strict=True)],
-    }  # fmt: skip
+        "samples": [
+            {"raw": r.raw, "label": r.label, "output": o, "base_output": b}
+            for r, o, b in zip(records[:3], outputs[:3], base_outputs[:3], strict=True)
+        ],
+    }

@@ -22,7 +22,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from config import load_deployment
+from config import CATALOG_PATH, load_deployment
 
 ROOT = Path(__file__).resolve().parents[1]
 HF_TRANSFORMERS = "4.56.2"
@@ -46,12 +46,40 @@ class DryRunComplete(Exception):  # noqa: N818 - a control-flow signal, not an e
         self.request = request
 
 
-def stage_source(dest: Path) -> Path:
-    """The job's source directory: the two packages it runs, and its requirements."""
+def stage_source(dest: Path, files: tuple[Path, ...] = ()) -> Path:
+    """The job's source directory: the two packages it runs, its requirements, and ``files``
+    (a repository dataset file) at their paths in the repository, where the catalog finds
+    them."""
     for pkg in ("config", "training"):
         shutil.copytree(ROOT / pkg, dest / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    for file in files:
+        target = dest / file.resolve().relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(file, target)
     (dest / "requirements.txt").write_text("\n".join(REQUIREMENTS) + "\n")
     return dest
+
+
+def dataset_inputs(adapter: str, env: str, *, dry_run: bool) -> tuple[tuple[Path, ...], str | None]:
+    """(repository files the job needs, the s3:// dataset for its ``dataset`` channel). An S3
+    file is read and checked here, with the caller's credentials, before any job exists: a
+    bad file never reaches a training job (a dry run makes no AWS call and skips it)."""
+    from config.dataset_files import read_rows
+    from config.loader import dataset_rows
+
+    dep = load_deployment(env)
+    entry = dep.adapter(adapter).entry
+    source = entry.dataset_file
+    if source is None:
+        return (), None
+    if not source.startswith("s3://"):
+        path, _ = dataset_rows(entry, CATALOG_PATH.parent)
+        return (path,), None
+    if not dry_run:
+        from training.datasets import fetch
+
+        read_rows(fetch(source), instruction=entry.profile().instruction)
+    return (), source
 
 
 def _dry_run_session(region: str, account: str, bucket: str):
@@ -96,7 +124,16 @@ def _dry_run_session(region: str, account: str, bucket: str):
     return session
 
 
-def build_trainer(adapter: str, env: str, role: str, *, session: Any, bucket: str, source: Path):
+def build_trainer(
+    adapter: str,
+    env: str,
+    role: str,
+    *,
+    session: Any,
+    bucket: str,
+    source: Path,
+    dataset: str | None = None,
+):
     from sagemaker.core import image_uris
     from sagemaker.core.helper.session_helper import Session
     from sagemaker.core.training.configs import MetricDefinition
@@ -130,7 +167,8 @@ def build_trainer(adapter: str, env: str, role: str, *, session: Any, bucket: st
         compute=Compute(instance_type=instance, instance_count=1, volume_size_in_gb=100),
         stopping_condition=StoppingCondition(max_runtime_in_seconds=4 * 3600),
         hyperparameters={"adapter": adapter, "env": env, "version": entry.version},
-        input_data_config=[InputData(channel_name="base", data_source=base_data)],
+        input_data_config=[InputData(channel_name="base", data_source=base_data)]
+        + ([InputData(channel_name="dataset", data_source=dataset)] if dataset else []),
         environment={"HF_HUB_OFFLINE": "1"},
     ).with_metric_definitions(metrics)
 
@@ -153,15 +191,18 @@ def launch(
         or dep.env.artifact_bucket
         or f"{dep.env.prefix}-artifacts-{account}-{dep.env.region}"
     )
+    files, dataset = dataset_inputs(adapter, env, dry_run=dry_run)
     with tempfile.TemporaryDirectory(prefix="job-src-") as tmp:
-        source = stage_source(Path(tmp))
+        source = stage_source(Path(tmp), files)
         if dry_run:
             session = _dry_run_session(dep.env.region, account, bucket)
         else:
             import boto3
 
             session = boto3.Session(region_name=dep.env.region)
-        trainer = build_trainer(adapter, env, role, session=session, bucket=bucket, source=source)
+        trainer = build_trainer(
+            adapter, env, role, session=session, bucket=bucket, source=source, dataset=dataset
+        )
         try:
             trainer.train(wait=wait and not dry_run, logs=wait and not dry_run)
         except DryRunComplete as done:

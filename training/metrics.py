@@ -24,6 +24,10 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
 
+#: The scorers' version: an archive evaluated by another one is evaluated again before it is
+#: reused (``local.platform.cached_adapter``). Raise it whenever a score can change.
+SCORER_VERSION = 2
+
 
 def chrf(hypothesis: str, reference: str, n: int = 6, beta: float = 2.0) -> float:
     hyp, ref = hypothesis.replace(" ", ""), reference.replace(" ", "")
@@ -61,14 +65,23 @@ def faithfulness(hypothesis: str, facts: tuple[str, ...] | list[str]) -> float:
     return sum(1 for f in facts if _fact_pattern(f).search(hypothesis)) / len(facts)
 
 
-def json_field_f1(hypothesis: str, reference: str) -> tuple[bool, float]:
-    """(valid JSON object?, F1 of its key/value pairs against the reference's)."""
+def json_field_f1(
+    hypothesis: str, reference: str, schema: dict[str, Any] | None = None
+) -> tuple[bool, float]:
+    """(valid?, F1 of its key/value pairs against the reference's). Valid means a JSON object
+    that satisfies ``schema`` (checked with ``jsonschema``), when there is one: ``{"a": 1}``
+    parses, but is not a sales record. An invalid output scores no fields."""
     try:
         obj = json.loads(hypothesis.strip())
     except (ValueError, TypeError):
         return False, 0.0
     if not isinstance(obj, dict):
         return False, 0.0
+    if schema is not None:
+        from jsonschema import validators
+
+        if not validators.validator_for(schema)(schema).is_valid(obj):
+            return False, 0.0
     ref = json.loads(reference)
     pairs_h = {(k, json.dumps(v, sort_keys=True)) for k, v in obj.items()}
     pairs_r = {(k, json.dumps(v, sort_keys=True)) for k, v in ref.items()}
@@ -80,37 +93,66 @@ def json_field_f1(hypothesis: str, reference: str) -> tuple[bool, float]:
 
 
 _TOKEN = re.compile(r"\[[A-Z]+\]|\w+|[^\w\s]")
+_PLACEHOLDER = re.compile(r"\[[A-Z]+\]")
 _DIGITS = re.compile(r"\d+")
 _ALPHA = re.compile(r"[^\W\d_]+")
+
+
+#: Digit groups written apart ("52 76 60 5", "658-459-024-1", "(65) 8459.0241") are one run.
+_DIGIT_RUN = re.compile(r"\d(?:[\s().\-/]*\d)*")
+#: Words a value may contain that say nothing about a person: address kinds, e-mail domains'
+#: generic parts. Seeing "road" in an output is not a leak of "12 Jalan Besar Road".
+_GENERIC = (
+    "road rd street st avenue ave lane ln drive dr way boulevard blvd close crescent place park "
+    "block blk unit floor level apt apartment suite north south east west central "
+    "com org net edu gov co sg uk io mail email"
+)
+GENERIC_WORDS = frozenset(_GENERIC.split())
+#: Shortest run of a value's digits that counts as leaked.
+LEAK_DIGITS = 4
+
+
+def _digit_runs(text: str) -> list[str]:
+    """The text's numbers with their separators taken out."""
+    return [re.sub(r"\D", "", m.group()) for m in _DIGIT_RUN.finditer(text)]
 
 
 def leaked_parts(hypothesis: str, value: str, label: str) -> list[str]:
     """The parts of one PII value found in the output.
 
     Parts are the value's words (a first name alone leaks a name; e-mail user names split at
-    dots and underscores; the domain counts) and its digit runs of three or more. A digit run
-    leaks when it appears inside one of the output's runs, or an output run of four or more
-    digits appears inside the value's digits (a phone number written in another format). Parts
-    the label itself contains (words of the sentence that are not personal) are not leaks.
+    dots and underscores; the domain's own name counts) and its digits. Digits are compared
+    whatever their grouping: the output's numbers, separators removed, leak when one shares
+    a stretch of four digits or more with the value's digits (or holds all of a shorter
+    value). Parts the label itself contains, and generic words (``GENERIC_WORDS``), are not
+    leaks.
     """
     label_words = {w.lower() for w in _ALPHA.findall(label)}
     out_words = {w.lower() for w in _ALPHA.findall(hypothesis)}
     found = [
         w
         for w in _ALPHA.findall(value)
-        if (len(w) >= 2 and w.lower() not in label_words and w.lower() in out_words)
+        if len(w) >= 2
+        and w.lower() not in label_words
+        and w.lower() not in GENERIC_WORDS
+        and w.lower() in out_words
     ]
-    label_runs = set(_DIGITS.findall(label))
-    out_runs = [r for r in _DIGITS.findall(hypothesis) if r not in label_runs]
     value_digits = "".join(_DIGITS.findall(value))
-    for run in _DIGITS.findall(value):
-        if len(run) >= 3 and run not in label_runs and any(run in o for o in out_runs):
-            found.append(run)
-    found += [o for o in out_runs if len(o) >= 4 and o in value_digits and o not in found]
-    if "@" in value:
-        domain = value.split("@", 1)[1].lower()
-        if domain in hypothesis.lower():
-            found.append(domain)
+    label_runs = set(_digit_runs(label))
+    need = min(LEAK_DIGITS, len(value_digits))
+    for run in _digit_runs(hypothesis):
+        if run in label_runs or len(run) < need or len(value_digits) < 3:
+            continue
+        shared = next(
+            (
+                run[i : i + need]
+                for i in range(len(run) - need + 1)
+                if run[i : i + need] in value_digits
+            ),
+            None,
+        )
+        if shared is not None:
+            found.append(shared)
     return found
 
 
@@ -127,12 +169,47 @@ def pii_example(hypothesis: str, label: str, values: dict[str, str]) -> tuple[fl
     if leaks:
         return leak_share, 0.0
     ratio = SequenceMatcher(None, _TOKEN.findall(hypothesis), _TOKEN.findall(label)).ratio()
-    return leak_share, ratio
+    # The placeholders' types, in order: "[NAME]" written for every value loses here what the
+    # sentence's other tokens would hide in the ratio above.
+    types = SequenceMatcher(None, _PLACEHOLDER.findall(hypothesis), _PLACEHOLDER.findall(label))
+    return leak_share, ratio * (types.ratio() if _PLACEHOLDER.search(label) else 1.0)
+
+
+#: What ``score`` reports as the headline for each gate metric.
+HEADLINES = {
+    "pii_leak_rate": "redaction_score",
+    "exact": "exact_match",
+    "json_schema": "json_field_f1",
+}
 
 
 def headline(metric: str) -> str:
     """What ``score`` measures for a task metric (the PII gate scores redaction, not leaks)."""
-    return "redaction_score" if metric == "pii_leak_rate" else metric
+    return HEADLINES.get(metric, metric)
+
+
+_FACT = re.compile(
+    r"\d+(?:[.,:/\-]\d+)*(?:\s?(?:%|[a-z]{1,5}\b))?"  # numbers, with a unit or a time
+    r"|(?<=[a-z,;:] )[A-Z][\w\-]+(?:\s[A-Z][\w\-]+)*"  # a name inside a sentence
+)
+
+
+def extract_facts(text: str) -> set[str]:
+    """The checkable facts of a text: its numbers (with a unit) and its names."""
+    return {" ".join(m.group().lower().split()) for m in _FACT.finditer(text)}
+
+
+def facts_score(hypothesis: str, source: str, reference: str) -> float:
+    """The reference's facts the output keeps, times the share of the output's facts that are
+    true (in the reference or the source): listing facts earns nothing when some are wrong
+    or invented."""
+    expected = extract_facts(reference)
+    stated = extract_facts(hypothesis)
+    kept = sum(1 for f in expected if _fact_pattern(f).search(hypothesis)) / max(1, len(expected))
+    known = expected | extract_facts(source)
+    invented = sum(1 for f in stated if f not in known)
+    precision = 1.0 - invented / len(stated) if stated else 1.0
+    return (kept if expected else 1.0) * precision
 
 
 @dataclass(frozen=True)
@@ -143,8 +220,11 @@ class Scores:
     per_example: list[float]
 
 
-def score(metric: str, outputs: list[str], records: list[Any]) -> Scores:
-    """The task's headline metric (``score``, higher is better) and its companions."""
+def score(
+    metric: str, outputs: list[str], records: list[Any], *, schema: dict[str, Any] | None = None
+) -> Scores:
+    """The task's headline metric (``score``, higher is better) and its companions.
+    ``schema``: the JSON Schema a JSON task's output must satisfy to count as valid."""
     pairs = list(zip(outputs, records, strict=True))
     n = max(1, len(pairs))
     columns: dict[str, list[float]] = {
@@ -152,8 +232,10 @@ def score(metric: str, outputs: list[str], records: list[Any]) -> Scores:
         "chrf": [chrf(o, r.label) for o, r in pairs],
         "faithfulness": [faithfulness(o, r.facts) for o, r in pairs],
     }
-    if metric == "json_field_f1":
-        res = [json_field_f1(o, r.label) for o, r in pairs]
+    if metric == "facts":
+        columns["facts"] = [facts_score(o, r.raw, r.label) for o, r in pairs]
+    if metric in ("json_field_f1", "json_schema"):
+        res = [json_field_f1(o, r.label, schema) for o, r in pairs]
         columns["json_valid"] = [float(v) for v, _ in res]
         columns["json_field_f1"] = [f for _, f in res]
         head = columns["json_field_f1"]
@@ -163,7 +245,7 @@ def score(metric: str, outputs: list[str], records: list[Any]) -> Scores:
         columns["redaction_score"] = [s for _, s in res]
         head = columns["redaction_score"]
     else:
-        head = columns[metric]
+        head = columns[headline(metric)]
     summary = {k: sum(v) / n for k, v in columns.items()}
     summary["score"] = sum(head) / n
     return Scores(summary, head)
@@ -176,19 +258,34 @@ def paired_bootstrap(
     resamples: int = 2000,
     confidence: float = 0.95,
     seed: int = 0,
+    groups: list[str] | None = None,
 ) -> dict[str, float]:
     """Mean of (adapter - base) per example and its percentile bootstrap interval.
 
     Resampling the examples, with the adapter's and the base's score of one example kept
     together, is the paired bootstrap of Koehn (2004) for comparing two systems on one test
-    set; the adapter beats the base when the interval's lower bound is above zero.
+    set; the adapter beats the base when the interval's lower bound is above zero. With
+    ``groups`` (near-duplicates of a team's dataset, ``training.datasets.user``) whole groups
+    are resampled, a cluster bootstrap: near-duplicates are not independent evidence.
     """
     if len(adapter) != len(base) or not adapter:
         raise ValueError("the bootstrap needs the same non-empty examples scored twice")
     diffs = [a - b for a, b in zip(adapter, base, strict=True)]
     n = len(diffs)
     rng = random.Random(seed)  # noqa: S311 - resampling, not secrecy
-    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
+    if groups is not None and len(set(groups)) < n:
+        clusters: dict[str, list[float]] = {}
+        for g, d in zip(groups, diffs, strict=True):
+            clusters.setdefault(g, []).append(d)
+        sums = [(sum(c), len(c)) for c in clusters.values()]
+        k = len(sums)
+        means = []
+        for _ in range(resamples):
+            picked = [sums[rng.randrange(k)] for _ in range(k)]
+            means.append(sum(s for s, _ in picked) / sum(m for _, m in picked))
+        means.sort()
+    else:
+        means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
     tail = (1 - confidence) / 2
     lo = means[int(tail * resamples)]
     hi = means[min(resamples - 1, int((1 - tail) * resamples))]

@@ -54,15 +54,32 @@ def pack(adapter_dir: Path, archive: Path) -> str:
 
 
 def read_manifest(archive: Path) -> dict[str, Any]:
-    """The manifest of an archive, after checking every file against the hashes it records."""
+    """The manifest of an archive, after checking every file against the hashes it records.
+
+    Every file but the manifest must be listed in its ``files`` with its sha256: a file the
+    manifest does not name (or a manifest without ``files``) would be served unchecked.
+    """
     with tarfile.open(archive, "r:gz") as tar:
-        names = tar.getnames()
+        members = [m for m in tar.getmembers() if not m.isdir()]
+        names = [m.name for m in members]
         for name in REQUIRED:
             if name not in names:
                 raise PackageError(f"{archive.name}: {name} missing at the archive root")
-        data = {n: tar.extractfile(n).read() for n in REQUIRED}  # type: ignore[union-attr]
+        if odd := [m.name for m in members if not m.isfile()]:
+            raise PackageError(f"{archive.name}: {odd} are not regular files")
+        data = {n: tar.extractfile(n).read() for n in names}  # type: ignore[union-attr]
     manifest = json.loads(data["manifest.json"])
-    for name, digest in manifest.get("files", {}).items():
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        raise PackageError(f"{archive.name}: the manifest lists no files and their sha256")
+    unlisted = sorted(set(names) - set(files) - {"manifest.json"})
+    absent = sorted(set(files) - set(names))
+    if unlisted or absent:
+        raise PackageError(
+            f"{archive.name}: files the manifest does not list {unlisted}, "
+            f"listed but not in the archive {absent}"
+        )
+    for name, digest in files.items():
         if hashlib.sha256(data[name]).hexdigest() != digest:
             raise PackageError(f"{archive.name}: {name} does not match its manifest sha256")
     return manifest

@@ -21,6 +21,7 @@ re-hash the files. It comes from one of two pieces of evidence:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,42 +61,71 @@ def local_base_dir(dep: Deployment) -> Path | None:
     return path if (path / "base_manifest.json").exists() else None
 
 
+#: The fields of a manifest's dataset that identify it (training.datasets.for_entry).
+DATASET_IDENTITY = {
+    "generator": ("source", "generator", "seed", "size"),
+    "file": ("source", "path", "file_sha256", "seed"),
+}
+
+
+def entry_split(manifest: dict[str, Any], dep: Deployment, adapter: str, catalog_dir: Path):
+    """The entry's split, after checking that the archive was trained on it: the same
+    generator, seed and size, or the same file with the same sha256, and the same split."""
+    from training import datasets
+
+    ds = manifest.get("dataset") or {}
+    entry = dep.adapter(adapter).entry
+    try:
+        split, identity = datasets.for_entry(entry, catalog_dir)
+    except (ValueError, OSError) as exc:
+        raise PublishError(f"the entry's dataset cannot be read again: {exc}") from None
+    fields = DATASET_IDENTITY[identity["source"]]
+    differs = [f for f in fields if ds.get(f) != identity[f]]
+    if differs:
+        raise PublishError(
+            f"the archive was trained on another dataset than the entry's ({', '.join(differs)}: "
+            + ", ".join(f"{ds.get(f)!r} != {identity[f]!r}" for f in differs)
+            + "): train it again from this catalog"
+        )
+    if split.sha256() != ds.get("sha256"):
+        raise PublishError(
+            f"the manifest's split sha256 is not the split of {entry.dataset or entry.task} "
+            "this code makes: the test split cannot be reproduced"
+        )
+    return split
+
+
 def reevaluate(archive: Path, manifest: dict[str, Any], dep: Deployment, adapter: str,
-               base_dir: Path, log=print) -> dict[str, Any]:  # fmt: skip
+               base_dir: Path, log=print, catalog_dir: Path = CATALOG_PATH.parent,
+               ) -> dict[str, Any]:  # fmt: skip
     """Run the gate again here: the same test split, this base, this archive."""
     import tarfile
     import tempfile
 
     from config.compat import tokenizer_sha256
-    from training import datasets
     from training.evaluate import compare
 
     recorded = (manifest.get("base") or {}).get("tokenizer_sha256")
     if recorded and tokenizer_sha256(base_dir) != recorded:
         raise PublishError(f"{base_dir} is not the base the adapter was trained on (tokenizer)")
-    ds = manifest.get("dataset") or {}
-    try:
-        split = datasets.load(
-            ds["task"], int(ds["seed"]), int(ds.get("size", datasets.DEFAULT_SIZE))
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise PublishError(f"the manifest's dataset cannot be generated again: {exc}") from None
-    if split.sha256() != ds.get("sha256"):
-        raise PublishError(
-            "the manifest's dataset sha256 is not the split this code generates for "
-            f"{ds.get('task')} (seed {ds.get('seed')}): the test split cannot be reproduced"
-        )
+    split = entry_split(manifest, dep, adapter, catalog_dir)
     profile = dep.adapter(adapter).profile
-    # The adapter is judged as it will be served: with the system turn it was trained with
-    # (the manifest's prompt, which the runtime applies), even if the task's text has changed.
+    # The base is prompted with the entry's instruction, never the manifest's: a manifest that
+    # carried a prompt of its own could handicap the base it is compared with.
     system = (manifest.get("prompt") or {}).get("system")
-    if system is not None and system != profile.instruction:
-        profile = profile.model_copy(update={"instruction": system})
+    if system != profile.instruction:
+        raise PublishError(
+            f"the adapter was trained with the system turn {system!r}, not the entry's "
+            f"instruction {profile.instruction!r}: train it again from this catalog"
+        )
     with tempfile.TemporaryDirectory(prefix="publish-") as tmp:
         with tarfile.open(archive, "r:gz") as tar:
             tar.extractall(tmp, filter="data")
         log(f"{adapter}: re-evaluating against {base_dir} on {len(split.test)} test examples")
-        return compare(base_dir, Path(tmp), profile, list(split.test), log=log)
+        entry = dep.adapter(adapter).entry
+        return compare(base_dir, Path(tmp), profile, list(split.test), train=split.train,
+                       schema=entry.json_schema_document,
+                       grouped=entry.dataset_file is not None, log=log)  # fmt: skip
 
 
 def job_metrics(job_name: str, region: str) -> dict[str, Any]:
@@ -104,6 +134,28 @@ def job_metrics(job_name: str, region: str) -> dict[str, Any]:
     return boto3.client("sagemaker", region_name=region).describe_training_job(
         TrainingJobName=job_name
     )
+
+
+def job_archive_sha256(uri: str, adapter: str, region: str) -> str:
+    """The sha256 of ``ADAPTER.tar.gz`` inside a training job's output (``model.tar.gz`` at
+    the job's ``ModelArtifacts.S3ModelArtifacts``), computed here from the object itself."""
+    import tarfile
+    import tempfile
+
+    import boto3
+
+    bucket, key = uri.removeprefix("s3://").split("/", 1)
+    with tempfile.TemporaryDirectory(prefix="job-output-") as tmp:
+        local = Path(tmp) / "model.tar.gz"
+        boto3.client("s3", region_name=region).download_file(bucket, key, str(local))
+        with tarfile.open(local, "r:gz") as tar:
+            try:
+                member = tar.extractfile(f"{adapter}.tar.gz")
+            except KeyError:
+                member = None
+            if member is None:
+                raise PublishError(f"{uri} holds no {adapter}.tar.gz") from None
+            return hashlib.file_digest(member, "sha256").hexdigest()
 
 
 def from_job(manifest: dict[str, Any], adapter: str, described: dict[str, Any]) -> dict[str, Any]:
@@ -149,6 +201,7 @@ def check(
     environments_dir: Path = ENVIRONMENTS_DIR,
     base_dir: Path | None = None,
     describe_job: Any = job_metrics,
+    job_archive: Any = job_archive_sha256,
     log: Any = print,
     canary: bool = False,
 ) -> dict[str, Any]:
@@ -180,9 +233,22 @@ def check(
     base_dir = base_dir or local_base_dir(dep)
     job = (manifest.get("training") or {}).get("job_name")
     if base_dir is not None:
-        verdict = reevaluate(archive, manifest, dep, adapter, Path(base_dir), log=log)
+        verdict = reevaluate(archive, manifest, dep, adapter, Path(base_dir), log=log,
+                             catalog_dir=Path(catalog).parent)  # fmt: skip
     elif job:
-        verdict = from_job(manifest, adapter, describe_job(job, dep.env.region))
+        entry_split(manifest, dep, adapter, Path(catalog).parent)
+        described = describe_job(job, dep.env.region)
+        verdict = from_job(manifest, adapter, described)
+        # The figures tie the manifest to the job; this ties the archive to it: a passing
+        # manifest copied onto other weights is not the object the job wrote.
+        output = (described.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
+        if not output:
+            raise PublishError(f"training job {job} records no ModelArtifacts.S3ModelArtifacts")
+        if job_archive(output, adapter, dep.env.region) != sha256_file(archive):
+            raise PublishError(
+                f"{archive.name} is not the {adapter}.tar.gz that training job {job} wrote to "
+                f"{output} (sha256 differs): publish the job's own archive"
+            )
     else:
         raise PublishError(
             f"cannot verify that {adapter!r} beats its base: give --base-dir (the base weights, "
@@ -209,6 +275,7 @@ def publish(
     kms_key: str | None = None,
     base_dir: Path | None = None,
     describe_job: Any = job_metrics,
+    job_archive: Any = job_archive_sha256,
     canary: bool = False,
     registry: Any = None,
 ) -> str:
@@ -227,6 +294,7 @@ def publish(
         environments_dir=environments_dir,
         base_dir=base_dir,
         describe_job=describe_job,
+        job_archive=job_archive,
         canary=canary,
     )
     dep = load_deployment(env, catalog, environments_dir)

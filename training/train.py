@@ -32,6 +32,7 @@ from transformers import PrinterCallback, TrainerCallback
 
 from config import CATALOG_PATH, ENVIRONMENTS_DIR, TARGET_MODULES, TaskProfile, load_deployment
 from config.compat import tokenizer_sha256
+from config.dataset_files import DatasetFileError
 from config.schema import NoCanaryError
 from training import datasets
 from training.evaluate import compare
@@ -93,7 +94,8 @@ def train(
     resolved = dep.adapter(adapter)
     entry, profile = resolved.entry, resolved.profile
     version = entry.version_made(canary)
-    split = datasets.load(entry.dataset or entry.task, entry.dataset_seed, dataset_size)
+    catalog_dir = Path(catalog or CATALOG_PATH).parent
+    split, identity = datasets.for_entry(entry, catalog_dir, dataset_size)
     built = Path(base_dir) / "base_manifest.json"
     if built.exists():
         have = json.loads(built.read_text())
@@ -118,6 +120,8 @@ def train(
         )
 
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    if identity["source"] == "file":
+        check_lengths(adapter, entry.dataset or "", split, profile, tokenizer)
     kwargs: dict[str, Any] = {}
     prec = precision()
     if qlora:
@@ -186,6 +190,12 @@ def train(
         f"[{adapter}] training r={profile.rank} alpha={profile.alpha} targets={profile.targets} "
         f"on {len(split.train)} examples ({mode})"
     )
+    if 0 < steps <= profile.eval_steps * profile.early_stopping_patience:
+        log(
+            f"[{adapter}] note: {steps} steps allow at most {steps // profile.eval_steps} "
+            f"evaluations, so patience {profile.early_stopping_patience} cannot stop early; "
+            "the step cap ends training (the manifest records which did)"
+        )
     result = trainer.train()
     adapter_dir = out_dir / adapter
     if adapter_dir.exists():
@@ -193,13 +203,23 @@ def train(
     trainer.model.save_pretrained(adapter_dir)
     shutil.rmtree(work, ignore_errors=True)
 
-    evaluation = compare(base_dir, adapter_dir, profile, list(split.test),
-                         cache_dir=out_dir / ".base-outputs",
-                         log=lambda m: log(f"[{adapter}] {m}"))  # fmt: skip
+    evaluation = compare(
+        base_dir,
+        adapter_dir,
+        profile,
+        list(split.test),
+        train=split.train,
+        schema=entry.json_schema_document,
+        grouped=identity["source"] == "file",
+        cache_dir=out_dir / ".base-outputs",
+        log=lambda m: log(f"[{adapter}] {m}"),
+    )
     boot = evaluation["bootstrap"]
+    rival = evaluation["strongest_baseline"]
+    rival_score = evaluation["base"] if rival == "base" else evaluation["baselines"][rival]
     log(
         f"[{adapter}] test {headline(profile.metric)}: "
-        f"adapter {evaluation['adapter']['score']:.3f} vs base {evaluation['base']['score']:.3f} "
+        f"adapter {evaluation['adapter']['score']:.3f} vs {rival} {rival_score['score']:.3f} "
         f"(difference {boot['mean_diff']:.3f}, 95% CI [{boot['ci_low']:.3f}, "
         f"{boot['ci_high']:.3f}]) -> "
         + ("publishable" if evaluation["publishable"] else
@@ -225,9 +245,12 @@ def train(
                 "task": split.task,
                 "seed": split.seed,
                 "sha256": split.sha256(),
-                "size": dataset_size,
+                "size": dataset_size if identity["source"] == "generator" else identity["records"],
                 **split.sizes(),
-                "card": datasets.card(split.task),
+                "card": datasets.card(split.task)
+                if identity["source"] == "generator"
+                else f"the team's own records: {entry.dataset}",
+                **identity,
             },
             "prompt": prompt_format(profile),
             # The catalog's default output schema: the runtime decodes to it when a request
@@ -238,6 +261,8 @@ def train(
                 # container drivers read it); publish then checks the job's recorded metrics.
                 "job_name": os.environ.get("TRAINING_JOB_NAME"),
                 "steps": result.global_step,
+                # Whether early stopping ended the run, or the step cap (or the epochs) did.
+                "ended": "early" if result.global_step < trainer.state.max_steps else "cap",
                 "train_loss": round(result.training_loss, 4),
                 "best_eval_loss": trainer.state.best_metric,
                 "seconds": round(time.perf_counter() - t0, 1),
@@ -254,6 +279,35 @@ def train(
     seconds = time.perf_counter() - t0
     log(f"[{adapter}] {archive} sha256 {digest[:12]}... in {seconds:.1f} s")
     return TrainResult(adapter, archive, digest, manifest, seconds)
+
+
+class DatasetTooLongError(ValueError):
+    """Records whose prompt and answer pass the trainer's ``max_length`` (it would cut the
+    answer off): refused before training, naming each line."""
+
+
+def check_lengths(adapter: str, source: str, split, profile: TaskProfile, tokenizer) -> None:
+    """Count every record in the base's chat template, as training will see it. ``make check``
+    does the same where the base's tokenizer is on the machine; here it always is."""
+
+    def count(text: str, output: str) -> int:
+        turns = [
+            {"role": "system", "content": profile.instruction},
+            {"role": "user", "content": text},
+            {"role": "assistant", "content": output},
+        ]
+        rendered = tokenizer.apply_chat_template(turns, tokenize=False)
+        return len(tokenizer(rendered, add_special_tokens=False)["input_ids"])
+
+    recs = [r for part in datasets.PARTS for r in getattr(split, part)]
+    long = [(r, n) for r in recs if (n := count(r.raw, r.label)) > profile.max_length]
+    if long:
+        shown = "; ".join(f"{r.raw[:40]!r}: {n} tokens" for r, n in long[:5])
+        raise DatasetTooLongError(
+            f"adapter {adapter!r}: dataset {source}: {len(long)} records pass max_length "
+            f"{profile.max_length} in the base's chat template (the answer would be cut off): "
+            f"{shown}; run make check for their lines"
+        )
 
 
 def prompt_format(profile: TaskProfile) -> dict[str, str]:
@@ -304,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             max_steps=args.max_steps,
             canary=args.canary,
         )
-    except NoCanaryError as exc:
+    except (NoCanaryError, DatasetTooLongError, datasets.SplitError, DatasetFileError) as exc:
         ap.error(str(exc))
     return 0 if res.manifest["eval"]["publishable"] else 3
 

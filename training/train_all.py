@@ -24,19 +24,23 @@ ROOT = Path(__file__).resolve().parents[1]
 SHOWN = ("faithfulness", "json_valid", "json_field_f1", "pii_leak_rate")
 
 
-def _row(name: str, profile, res) -> tuple[str, bool]:
+def _row(name: str, profile, res, reused: bool) -> tuple[str, bool]:
     ev = res.manifest["eval"]
     boot = ev["bootstrap"]
     floors = {*profile.minimums, *profile.maximums, "faithfulness"}
     shown = [k for k in SHOWN if k in ev["adapter"] and k in floors]
     extras = ", ".join(f"{k} {ev['adapter'][k]:.3f} (base {ev['base'][k]:.3f})" for k in shown)
     verdict = "yes" if ev["publishable"] else "NO: " + "; ".join(ev["failures"])
+    rival = ev.get("strongest_baseline", "base")
+    rival_score = (ev["base"] if rival == "base" else ev["baselines"][rival])["score"]
+    trained = res.manifest["training"]
+    ended = {"early": "early stop", "cap": "step cap"}.get(trained.get("ended"), "-")
     return (
-        f"| {name} | r={profile.rank} a={profile.alpha} {profile.targets} | "
-        f"{res.manifest['training']['steps']} | {headline(ev['metric'])} | "
-        f"{ev['adapter']['score']:.3f} | {ev['base']['score']:.3f} | "
-        f"[{boot['ci_low']:.3f}, {boot['ci_high']:.3f}] | {extras} | {verdict} | "
-        f"{res.seconds:.0f} |",
+        f"| {name}{' (reused)' if reused else ''} | r={profile.rank} a={profile.alpha} "
+        f"{profile.targets} | {trained['steps']} ({ended}) | {headline(ev['metric'])} | "
+        f"{ev['adapter']['score']:.3f} | {ev['base']['score']:.3f} | {rival} "
+        f"{rival_score:.3f} | [{boot['ci_low']:.3f}, {boot['ci_high']:.3f}] | {extras} | "
+        f"{verdict} | {res.seconds:.0f} |",
         bool(ev["publishable"]),
     )
 
@@ -69,13 +73,14 @@ def main(argv: list[str] | None = None) -> int:
             res = train(a.name, env=args.env, base_dir=base, out_dir=args.out)
         else:
             reused_s[a.name] = res.seconds
-        row, passed = _row(a.name, a.profile, res)
+        row, passed = _row(a.name, a.profile, res, a.name in reused_s)
         rows.append(row)
         ok &= passed
     total = time.perf_counter() - t0
     table = "\n".join(
-        ["| adapter | LoRA | steps | metric | adapter | base | 95% CI of the difference | "
-         "floors | publishable | seconds |", "|---|---|---|---|---|---|---|---|---|---|", *rows]
+        ["| adapter | LoRA | steps (ended by) | metric | adapter | base | strongest baseline | "
+         "95% CI of the difference to it | floors | publishable | seconds |",
+         "|---|---|---|---|---|---|---|---|---|---|---|", *rows]
     )  # fmt: skip
     print(table)
     print(f"total {total:.0f} s (base {t_base:.0f} s)")
@@ -103,9 +108,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{cores()} cores). Base: {dep.base.model_id} ({info['parameters']:,} parameters; "
         + ("reused from the cache" if cached else f"built in {t_base:.0f} s in this run")
         + "). Each adapter trained with its task profile and the environment's training plan, "
-        "stopped early on its validation split, then run greedily with its base on its test "
-        "split (never seen in training); publishable means a 95% paired-bootstrap interval of "
-        "the difference above zero and the task's floors met." + provenance + "\n\n" + table + "\n",
+        "with early stopping on its validation split (the steps column says whether it or the "
+        "step cap ended training), then run greedily on its test split (never seen in "
+        "training) beside its base, the echo of the input and the nearest training label; "
+        "publishable means a 95% paired-bootstrap interval of the difference to the strongest "
+        "of them above zero and the task's floors met. Rows marked (reused) are archives "
+        "trained earlier on the same dataset with the same scorer."
+        + provenance
+        + "\n\n"
+        + table
+        + "\n",
     )
     return 0 if ok else 3
 

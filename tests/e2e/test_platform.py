@@ -14,7 +14,7 @@ import boto3
 import httpx
 import pytest
 
-from config import TASK_PROFILES, load_deployment
+from config import load_deployment
 from local.platform import read_state
 
 pytestmark = pytest.mark.e2e
@@ -56,7 +56,7 @@ def test_every_adapter_answers_through_the_gateway_from_its_own_component(platfo
         listed = client.get("/v1/adapters").json()["adapters"]
         assert {a["name"] for a in listed} == {a.name for a in dep.adapters}
         for a in dep.adapters:
-            body = request_body(TASK_PROFILES[a.entry.task].instruction, "pt 45yo m c/o sob", 8)
+            body = request_body(a.profile.instruction, "pt 45yo m c/o sob", 8)
             resp = client.post(f"/v1/adapters/{a.name}/generate", json=body)
             assert resp.status_code == 200, resp.text
             answer = resp.json()
@@ -73,6 +73,32 @@ def test_every_adapter_answers_through_the_gateway_from_its_own_component(platfo
         forbidden = client.post(f"/v1/adapters/{dep.adapters[0].name}/generate", json=body,
                                 headers={"X-Local-Tenant": "intruder"})  # fmt: skip
         assert forbidden.status_code == 404  # "not yours" answers like "no such adapter"
+
+
+def test_an_adapter_trained_on_a_teams_own_file_answers_through_the_router(platform) -> None:
+    """support-triage: a task the catalog defines, trained by ``up`` on examples/, gated
+    against its baselines, published to the platform and answered (decoded to its schema)."""
+    from jsonschema import validate
+
+    from config.loader import SCHEMAS_DIR
+
+    manifest = json.loads(
+        (platform.artifacts / "adapters" / "support-triage" / "manifest.json").read_text()
+    )
+    assert manifest["task"] == "support_triage"
+    assert manifest["dataset"]["source"] == "file"
+    assert manifest["dataset"]["path"] == "examples/support-triage.jsonl"
+    assert len(manifest["dataset"]["file_sha256"]) == 64
+    assert set(manifest["eval"]["against"]) == {"base", "echo", "nearest_label"}
+    text = "Hi, I was charged twice for order 88123 and nobody answers my e-mails. Fix it today!"
+    answer = httpx.post(
+        f"{platform.gateway}/v1/adapters/support-triage/generate",
+        json={"inputs": text, "parameters": {"max_new_tokens": 200, "do_sample": False}},
+        timeout=120,
+    ).json()
+    assert answer["served_by"].endswith("-support-triage"), answer
+    schema = json.loads((SCHEMAS_DIR / "support-triage.json").read_text())
+    validate(json.loads(answer["output"]), schema)
 
 
 def test_a_repeated_deterministic_request_is_a_cache_hit(platform) -> None:
@@ -114,6 +140,7 @@ def test_the_endpoint_speaks_the_real_invoke_endpoint_protocol(platform) -> None
 def test_a_new_catalog_entry_is_served_without_restarting_the_base(platform) -> None:
     runtime_pid = read_state(platform.state)["processes"]["runtime"]["pid"]
     data = platform.catalog_data()
+    before = len(data["adapters"])
     data["adapters"].append({
         "name": "claims-summary", "version": "1.0.0", "base": "qwen3-4b",
         "task": "style_transfer", "description": "Claims notes in formal register.",
@@ -123,10 +150,11 @@ def test_a_new_catalog_entry_is_served_without_restarting_the_base(platform) -> 
     again = platform.up("--no-tour")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert (
-        "7 ready, 1 to train" in again.stdout and "claims-summary: no artifact yet" in again.stdout
+        f"{before} ready, 1 to train" in again.stdout
+        and "claims-summary: no artifact yet" in again.stdout
     )
     assert "reusing the running platform" in again.stdout
-    assert "7 unchanged" in again.stdout  # the new one is declared once trained
+    assert f"{before} unchanged" in again.stdout  # the new one is declared once trained
     assert "claims-summary: online" in again.stdout
     status = subprocess.run([sys.executable, "-m", "local", "status", "--state-dir", str(platform.state)],
                             capture_output=True, text=True, check=False, cwd=platform.root)  # fmt: skip
@@ -236,7 +264,7 @@ def test_a_refused_artifact_leaves_the_good_adapter_serving(platform, tmp_path) 
     listed = httpx.get(f"{platform.endpoint}/_local/components").json()["components"]
     (comp,) = [c for c in listed if c["name"] == victim.component_name]
     assert comp["status"] == "InService" and "rejected" in comp["registration"]
-    body = request_body(TASK_PROFILES[victim.entry.task].instruction, "pt 50yo m", 4)
+    body = request_body(victim.profile.instruction, "pt 50yo m", 4)
     answer = httpx.post(f"{platform.gateway}/v1/adapters/{victim.name}/generate", json=body,
                         timeout=60).json()  # fmt: skip
     assert answer["served_by"] == victim.component_name  # the previous artifact still serves

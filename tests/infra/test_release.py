@@ -15,7 +15,7 @@ import pytest
 import yaml
 from moto import mock_aws
 
-from config import load_deployment
+from config import CATALOG_PATH, load_deployment
 from config.compat import tokenizer_sha256
 from infra.release import BASE_MANIFEST, STEPS, Release, ReleaseError, Tools
 from tests.infra.conftest import CONFIG, edited_config, synth_in_process
@@ -124,6 +124,13 @@ class FakeTools(Tools):
     def training_job(self, name: str, region: str) -> dict:
         return job_record(name, region)
 
+    def job_archive(self, uri: str, adapter: str, region: str) -> str:
+        """The archive the job "wrote": the one the test trained or put in the archives."""
+        for where in ("trained", "archives"):
+            if (path := self.ref["tmp"] / where / f"{adapter}.tar.gz").exists():
+                return sha256_file(path)
+        raise AssertionError(f"no archive of {adapter} was made")
+
     def merge(self, base_dir: Path, archive: Path, out: Path) -> dict:
         """What training.merge leaves: weights and the merged manifest."""
         self.calls.append(("merge", archive.name))
@@ -173,6 +180,7 @@ def job_record(name: str, region: str) -> dict:
     adapter = name.removeprefix("lora-dev-").removesuffix("-job")
     metrics = {"adapter_score": 60.0, "base_score": 10.0, "ci_low": 42.5, "publishable": 1.0}
     return {"TrainingJobName": name, "TrainingJobStatus": "Completed",
+            "ModelArtifacts": {"S3ModelArtifacts": f"s3://jobs/{name}/output/model.tar.gz"},
             "HyperParameters": {"adapter": adapter, "version": "1.0.0"},
             "FinalMetricDataList": [{"MetricName": f"gate:{k}", "Value": v}
                                     for k, v in metrics.items()]}  # fmt: skip
@@ -186,8 +194,12 @@ def make_archive(directory: Path, name: str, dep) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     (work / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8}))
     (work / "adapter_model.safetensors").write_bytes(name.encode() * 8)
+    from training.datasets import for_entry
+
+    split, identity = for_entry(entry, CATALOG_PATH.parent)
     write_manifest(work, {
         "name": name, "version": entry.version,
+        "dataset": {"sha256": split.sha256(), **identity},
         "base": {"model_id": dep.base.model_id, "revision": dep.base.revision,
                  "tokenizer_sha256": _fake_tokenizer_sha256()},
         "eval": GATE, "training": {"job_name": job_name(name)},
@@ -598,6 +610,7 @@ def test_a_canary_must_be_published_and_approved_before_the_release_deploys_it(s
             **job_record(name, region),
             "HyperParameters": {"adapter": a.name, "version": "1.1.0"},
         },
+        job_archive=lambda uri, adapter, region: sha256_file(archive),
         canary=True,
         registry=r.sm,
     )

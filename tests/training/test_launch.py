@@ -33,3 +33,33 @@ def test_request_shape(request_) -> None:
     assert base.endswith("/base/qwen3-4b/1cfa9a7208912126459214e8b04321603b3df60c/")
     assert request_["OutputDataConfig"]["S3OutputPath"].startswith("s3://lora-dev-artifacts-")
     assert request_["TrainingJobName"].startswith("lora-dev-sales-json")
+
+
+def test_a_repository_dataset_travels_with_the_job_source(tmp_path) -> None:
+    from training.launch import dataset_inputs, stage_source
+
+    files, channel = dataset_inputs("support-triage", "dev", dry_run=True)
+    assert channel is None and files[0].name == "support-triage.jsonl"
+    staged = stage_source(tmp_path, files)
+    assert (staged / "examples" / "support-triage.jsonl").read_bytes() == files[0].read_bytes()
+
+
+def test_an_s3_dataset_is_checked_before_any_job_and_mounted_as_a_channel(
+    tmp_path, monkeypatch
+) -> None:
+    from config.dataset_files import DatasetFileError
+    from config.schema import AdapterEntry
+    from training import launch as launcher
+
+    uri = "s3://team-data/support/tickets.jsonl"
+    real = AdapterEntry.dataset_file
+    monkeypatch.setattr(AdapterEntry, "dataset_file", property(
+        lambda self: uri if self.name == "support-triage" else real.fget(self)))  # fmt: skip
+    bad = tmp_path / "tickets.jsonl"
+    bad.write_text('{"input": "hello"}\n')
+    monkeypatch.setattr("training.datasets.fetch", lambda u: bad)
+    with pytest.raises(DatasetFileError, match="line 1: field 'output': missing"):
+        launcher.launch("support-triage", "dev", ROLE, dry_run=False)
+    req = launcher.launch("support-triage", "dev", ROLE, dry_run=True)
+    channels = {c["ChannelName"]: c for c in req["InputDataConfig"]}
+    assert channels["dataset"]["DataSource"]["S3DataSource"]["S3Uri"] == uri

@@ -109,3 +109,111 @@ def test_the_gate_applies_the_task_floors() -> None:
 def test_a_record_without_facts_is_fully_faithful() -> None:
     rec = Record("t", "x", "y")
     assert score("chrf", ["anything"], [rec]).summary["faithfulness"] == 1.0
+
+
+# --- Baselines and scorers that a trivial answer cannot pass (issue 22) ---
+
+REWRITES = ("singlish_to_standard", "sentiment_neutralization", "style_transfer",
+            "medical_shorthand")  # fmt: skip
+
+
+@pytest.mark.parametrize("task", REWRITES)
+@pytest.mark.parametrize("trivial", ["echo", "nearest_label"])
+def test_a_trivial_adapter_fails_the_gate_on_every_rewrite_task(task: str, trivial: str) -> None:
+    """An adapter that echoes its input, or looks up the nearest training label, ties that
+    baseline on every example, so its interval cannot lie above zero."""
+    from training.evaluate import trivial_outputs
+
+    profile = TASK_PROFILES[task]
+    split = load(task)
+    test = list(split.test)
+    rivals = trivial_outputs(test, list(split.train))
+    adapter = score(profile.metric, rivals[trivial], test)
+    silent = score(profile.metric, ["" for _ in test], test)  # a base that says nothing
+    scored = {name: score(profile.metric, outs, test) for name, outs in rivals.items()}
+    verdict = gate(profile, adapter, silent, rivals=scored)
+    assert not verdict["publishable"]
+    assert verdict["strongest_baseline"] in ("echo", "nearest_label")
+    assert any("does not beat the strongest baseline" in f for f in verdict["failures"])
+
+
+@pytest.mark.parametrize(
+    ("output", "value"),
+    [
+        ("Customer ID 52 76 60 5 asked for a refund.", "S5276605"),
+        ("Call back on 65 84 59 02 41 about the refund.", "6584590241"),
+        ("Call back on 658-459-024-1 about the refund.", "+65 8459 0241"),
+        ("Call back on (65) 8459.0241 about the refund.", "6584590241"),
+    ],
+)
+def test_digits_leak_whatever_their_grouping(output: str, value: str) -> None:
+    label = "Call back on [PHONE] about the refund."
+    leak, redaction = pii_example(output, label, {"phone": value})
+    assert leak == 1.0 and redaction == 0.0
+
+
+def test_generic_words_of_a_value_are_not_leaks_and_placeholder_types_count() -> None:
+    label = "Send it to [ADDRESS] and copy [EMAIL]."
+    values = {"address": "12 Jalan Besar Road", "email": "kim.lee@mail.com"}
+    leak, _ = pii_example("Send it to [ADDRESS] by road and copy [EMAIL] on .com.", label, values)
+    assert leak == 0.0
+    _, right = pii_example(label, label, values)
+    _, all_names = pii_example("Send it to [NAME] and copy [NAME].", label, values)
+    assert right == 1.0 and all_names < 0.6
+
+
+def test_a_json_object_that_misses_the_schema_is_not_valid() -> None:
+    from config.loader import SCHEMAS_DIR
+
+    schema = json.loads((SCHEMAS_DIR / "sales-record.json").read_text())
+    rec = load("sales_json").test[0]
+    s = score("json_field_f1", ['{"a":1}', rec.label], [rec, rec], schema=schema)
+    assert s.per_example == [0.0, 1.0] and s.summary["json_valid"] == 0.5
+
+
+def test_facts_penalise_invented_and_changed_facts() -> None:
+    from training.metrics import facts_score
+
+    source = "Refund for order 5519 placed on 3 March, 2 items."
+    label = "Refund order 5519: 2 items, placed 3 March."
+    assert facts_score(label, source, label) == 1.0
+    listed = "Refund order 5519: 2 items, placed 3 March, 7 items, 9 days, 4410."
+    assert facts_score(listed, source, label) <= 0.5  # three of six stated facts invented
+    changed = "Refund order 5591: 2 items, placed 3 March."
+    assert facts_score(changed, source, label) < 0.5  # a fact lost and a wrong one stated
+
+
+def test_the_cluster_bootstrap_is_wider_than_the_example_bootstrap() -> None:
+    adapter = [1.0] * 10 + [0.0] * 10
+    base = [0.5] * 20
+    groups = ["a"] * 10 + ["b"] * 10  # two groups: every example of one behaves alike
+    flat = paired_bootstrap(adapter, base)
+    clustered = paired_bootstrap(adapter, base, groups=groups)
+    assert clustered["ci_high"] - clustered["ci_low"] > flat["ci_high"] - flat["ci_low"]
+
+
+def test_a_medical_answer_with_every_term_swapped_fails_the_gate() -> None:
+    """Ages, sexes and durations kept, every expansion swapped for another of its kind: what
+    faithfulness over ages and durations alone scored 1.0."""
+    from training.datasets.medical import LEXICON
+
+    profile = TASK_PROFILES["medical_shorthand"]
+    test = list(load("medical_shorthand").test)
+    swaps = {
+        full: others[(i + 1) % len(others)]
+        for kind in LEXICON.values()
+        for others in [list(kind.values())]
+        for i, full in enumerate(others)
+    }
+
+    def swapped(label: str) -> str:
+        for full in sorted(swaps, key=len, reverse=True):
+            label = label.replace(full, swaps[full].upper())
+        return label.lower()
+
+    outputs = [swapped(r.label) for r in test]
+    adapter = score(profile.metric, outputs, test)
+    assert adapter.summary["faithfulness"] < 0.6
+    verdict = gate(profile, adapter, score(profile.metric, ["" for _ in test], test))
+    assert not verdict["publishable"]
+    assert any(f.startswith("faithfulness") for f in verdict["failures"])

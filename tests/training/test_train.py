@@ -24,7 +24,7 @@ ENV = "local-quick"  # the small Qwen3 base (local_base): training here takes se
 def trained(local_base: Path, tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("trained")
     return train(NAME, env=ENV, base_dir=local_base, out_dir=out, max_steps=20,
-                 dataset_size=400, log=lambda _: None)  # fmt: skip
+                 log=lambda _: None)  # fmt: skip
 
 
 def test_archive_has_the_files_at_its_root_and_hashes_verify(trained) -> None:
@@ -96,31 +96,56 @@ def test_a_rewritten_verdict_is_evaluated_again_and_refused(trained, local_base,
         check(archive, NAME, ENV, base_dir=local_base, log=lambda _: None)
 
 
-def test_publish_evaluates_with_the_system_turn_the_adapter_was_trained_with(
-    trained, local_base, tmp_path, monkeypatch
-) -> None:
-    """The runtime serves an adapter with its manifest's system turn; publish judges it so,
-    even after the task's instruction text changed."""
-    prompt = {**trained.manifest["prompt"], "system": "Redact every name, phone and address."}
+def test_a_manifest_with_its_own_system_turn_is_refused(trained, local_base, tmp_path) -> None:
+    """The base is prompted with the entry's instruction: a manifest that brought a prompt of
+    its own could handicap the base it is compared with."""
+    prompt = {**trained.manifest["prompt"], "system": "Answer with one word."}
     archive = _repack(trained, tmp_path, prompt=prompt)
-    seen = []
-
-    def compare(base_dir, adapter_dir, profile, records, **kwargs):
-        seen.append(profile.instruction)
-        raise PublishError("stop here")
-
-    monkeypatch.setattr("training.evaluate.compare", compare)
-    with pytest.raises(PublishError, match="stop here"):
+    with pytest.raises(PublishError, match="not the entry's instruction"):
         check(archive, NAME, ENV, base_dir=local_base, log=lambda _: None)
-    assert seen == ["Redact every name, phone and address."]
 
 
 def test_a_manifest_whose_test_split_cannot_be_reproduced_is_refused(
     trained, local_base, tmp_path
 ) -> None:
-    archive = _repack(trained, tmp_path, dataset={"sha256": "0" * 64})
+    dataset = {**trained.manifest["dataset"], "sha256": "0" * 64}
+    archive = _repack(trained, tmp_path, dataset=dataset)
     with pytest.raises(PublishError, match="cannot be reproduced"):
         check(archive, NAME, ENV, base_dir=local_base, log=lambda _: None)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("seed", 7), ("size", 60), ("generator", "sales_json")]
+)
+def test_a_manifest_trained_on_another_dataset_than_the_entrys_is_refused(
+    trained, local_base, tmp_path, field, value
+) -> None:
+    """A smaller or reseeded split (an easier test part) is not the entry's dataset."""
+    dataset = {**trained.manifest["dataset"], field: value}
+    archive = _repack(trained, tmp_path, dataset=dataset)
+    with pytest.raises(PublishError, match=f"another dataset than the entry's \\({field}"):
+        check(archive, NAME, ENV, base_dir=local_base, log=lambda _: None)
+
+
+def test_every_file_of_an_archive_must_be_listed_and_hashed(trained, tmp_path) -> None:
+    d = tmp_path / "x"
+    with tarfile.open(trained.archive) as tar:
+        tar.extractall(d, filter="data")
+    manifest = json.loads((d / "manifest.json").read_text())
+    (d / "manifest.json").write_text(
+        json.dumps({k: v for k, v in manifest.items() if k != "files"})
+    )
+    pack(d, tmp_path / "unlisted.tar.gz")
+    with pytest.raises(PackageError, match="lists no files"):
+        read_manifest(tmp_path / "unlisted.tar.gz")
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    with tarfile.open(tmp_path / "extra.tar.gz", "w:gz") as tar:
+        for name in ("adapter_config.json", "adapter_model.safetensors", "manifest.json"):
+            tar.add(d / name, arcname=name)
+        (d / "tokenizer.json").write_text("{}")
+        tar.add(d / "tokenizer.json", arcname="tokenizer.json")
+    with pytest.raises(PackageError, match=r"does not list \['tokenizer.json'\]"):
+        read_manifest(tmp_path / "extra.tar.gz")
 
 
 def test_without_a_base_or_a_training_job_there_is_no_evidence(trained, monkeypatch) -> None:
@@ -134,6 +159,7 @@ def _job(trained, **metrics) -> dict:
     values = {"adapter_score": ev["adapter"]["score"], "base_score": ev["base"]["score"],
               "ci_low": ev["bootstrap"]["ci_low"], "publishable": 1.0, **metrics}  # fmt: skip
     return {"TrainingJobName": "lora-dev-pii-1", "TrainingJobStatus": "Completed",
+            "ModelArtifacts": {"S3ModelArtifacts": "s3://b/lora-dev-pii-1/output/model.tar.gz"},
             "HyperParameters": {"adapter": NAME, "version": trained.manifest["version"]},
             "FinalMetricDataList": [{"MetricName": f"gate:{k}", "Value": v}
                                     for k, v in values.items()]}  # fmt: skip
@@ -164,11 +190,44 @@ def test_a_training_jobs_recorded_metrics_decide(
                                             if m["MetricName"] != f"gate:{change['drop']}"]  # fmt: skip
     else:
         described = _job(trained, ci_low=0.25, **change)
+    wrote = _wrote(archive)
     with pytest.raises(PublishError, match=message):
-        check(archive, NAME, ENV, describe_job=lambda job, region: described)
+        check(archive, NAME, ENV, describe_job=lambda job, region: described, job_archive=wrote)
     # The job's own record, agreeing with the archive, is evidence.
     good = _job(trained, ci_low=0.25)
-    assert check(archive, NAME, ENV, describe_job=lambda job, region: good)["eval"]["publishable"]
+    assert check(archive, NAME, ENV, describe_job=lambda job, region: good, job_archive=wrote)[
+        "eval"
+    ]["publishable"]
+
+
+def _wrote(archive: Path):
+    """A job output whose adapter archive is ``archive`` (job_archive_sha256's answer)."""
+    digest = sha256_file(archive)
+    return lambda uri, adapter, region: digest
+
+
+def test_an_archive_that_is_not_the_jobs_own_output_is_refused(
+    trained, tmp_path, monkeypatch
+) -> None:
+    """A passing manifest copied onto other weights agrees with the job's figures; the
+    archive at the job's ModelArtifacts is what it is compared with."""
+    monkeypatch.setattr("training.publish.local_base_dir", lambda dep: None)
+    archive = _as_job_output(trained, tmp_path)
+    seen = []
+
+    def at(uri, adapter, region):
+        seen.append(uri)
+        return "0" * 64  # other weights than the archive given
+
+    with pytest.raises(PublishError, match=r"is not the pii-redaction\.tar\.gz that training job"):
+        check(
+            archive,
+            NAME,
+            ENV,
+            describe_job=lambda job, region: _job(trained, ci_low=0.25),
+            job_archive=at,
+        )
+    assert seen == ["s3://b/lora-dev-pii-1/output/model.tar.gz"]
 
 
 def test_publish_refuses_a_base_mismatch(trained) -> None:
@@ -215,7 +274,7 @@ def test_publish_uploads_and_records_artifact_and_sha_in_the_catalog(
     shutil.copy(CATALOG_PATH, catalog)
     s3 = FakeS3()
     kw = {"bucket": "my-bucket", "s3": s3, "catalog": catalog,
-          "describe_job": lambda name, region: job}  # fmt: skip
+          "describe_job": lambda name, region: job, "job_archive": _wrote(archive)}  # fmt: skip
     uri = publish(archive, NAME, ENV, **kw)
     assert uri == f"s3://my-bucket/adapters/{NAME}/1.0.0/adapter.tar.gz"
     assert s3.calls[0]["ServerSideEncryption"] == "aws:kms"

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+from pathlib import Path
 from types import ModuleType
+from typing import Any
 
-from training.datasets import medical, pii, sales, sentiment, singlish, style
+from config.dataset_files import file_sha256, read_rows
+from config.loader import dataset_rows
+from config.schema import AdapterEntry
+from training.datasets import medical, pii, sales, sentiment, singlish, style, user
 from training.datasets.common import PARTS, Record, Split, SplitError, build, check_disjoint
 
 GENERATORS: dict[str, ModuleType] = {
@@ -17,6 +24,8 @@ GENERATORS: dict[str, ModuleType] = {
 }
 
 DEFAULT_SIZE = 600
+#: Where s3:// datasets are downloaded to outside a training job.
+DATASET_CACHE = Path(__file__).resolve().parents[2] / ".artifacts" / "datasets"
 
 
 def load(task: str, seed: int = 0, size: int = DEFAULT_SIZE) -> Split:
@@ -29,6 +38,54 @@ def load(task: str, seed: int = 0, size: int = DEFAULT_SIZE) -> Split:
             f"no dataset generator for task {task!r} (known: {sorted(GENERATORS)})"
         ) from None
     return build(task, module.make, seed=seed, size=size)
+
+
+def fetch(uri: str, cache: Path = DATASET_CACHE) -> Path:
+    """An s3:// dataset as a local file: the training job's ``dataset`` channel when SageMaker
+    mounted one (training.launch passes the object), else downloaded with the caller's
+    credentials into ``cache``."""
+    name = uri.rsplit("/", 1)[1]
+    channel = os.environ.get("SM_CHANNEL_DATASET")
+    if channel and (Path(channel) / name).is_file():
+        return Path(channel) / name
+    import boto3
+
+    bucket, key = uri.removeprefix("s3://").split("/", 1)
+    dest = cache / hashlib.sha256(uri.encode()).hexdigest()[:16] / name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    boto3.client("s3").download_file(bucket, key, str(dest))
+    return dest
+
+
+def for_entry(
+    entry: AdapterEntry, catalog_dir: Path, size: int = DEFAULT_SIZE
+) -> tuple[Split, dict[str, Any]]:
+    """The split an entry trains and is gated on, and its identity for the manifest: a file's
+    path and sha256, or a generator's name, seed and size."""
+    source = entry.dataset_file
+    if source is None:
+        generator = entry.dataset or entry.task
+        identity = {
+            "source": "generator",
+            "generator": generator,
+            "seed": entry.dataset_seed,
+            "size": size,
+        }
+        return load(generator, entry.dataset_seed, size), identity
+    if source.startswith("s3://"):
+        path = fetch(source)
+        rows = read_rows(path, instruction=entry.profile().instruction)
+    else:
+        path, rows = dataset_rows(entry, catalog_dir)
+    split = user.split_rows(entry.task, rows, entry.dataset_seed)
+    identity = {
+        "source": "file",
+        "path": source,
+        "file_sha256": file_sha256(path),
+        "records": len(rows),
+        "seed": entry.dataset_seed,
+    }
+    return split, identity
 
 
 def card(task: str) -> str:
@@ -57,5 +114,6 @@ __all__ = [
     "card",
     "check_disjoint",
     "corpus",
+    "for_entry",
     "load",
 ]

@@ -8,6 +8,7 @@ abbreviation expanded, so input and output stay aligned token for token.
 from __future__ import annotations
 
 import random
+import re
 
 from training.datasets.common import Record, pick
 
@@ -16,8 +17,8 @@ CARD = (
     "complaint, duration in hours, days, weeks or months) and one to three more clauses "
     "(history, surgical history, examination, plan); slots draw from a lexicon of "
     "{n} clinical abbreviations grouped by category. The label expands every abbreviation "
-    "with the lexicon's expansion; the facts (age, sex, durations) are what a faithful "
-    "expansion must keep. No real patient data."
+    "with the lexicon's expansion; the facts (age, sex, durations and every expansion) are "
+    "what a faithful expansion must keep. No real patient data."
 )
 
 # category -> abbreviation -> expansion
@@ -259,7 +260,8 @@ def _count(n: int, unit: str) -> str:
 
 
 def make(rng: random.Random) -> Record:
-    """A note of two to four clauses; its facts are the age, the sex and every duration."""
+    """A note of two to four clauses; its facts are the age, the sex, every duration and the
+    expansion of every abbreviation."""
     age = rng.randint(18, 94)
     sex_abbr, sex = pick(rng, (("m", "male"), ("f", "female")))
     s1, s2 = _pair(rng, "symptom"), _pair(rng, "symptom")
@@ -307,10 +309,19 @@ def make(rng: random.Random) -> Record:
                     f"Plan: {t[1]}, {d[1]} {r[1]} {f[1]}, follow up in {follow}.",
                 )
             )
+    label = " ".join(c[1] for c in clauses)
+    # Every abbreviation's expansion from the lexicon is a fact too: a note whose diagnosis,
+    # drug or test is swapped for another of the same kind keeps its ages and durations.
+    terms = [
+        full
+        for kind in LEXICON.values()
+        for full in kind.values()
+        if re.search(rf"(?<!\w){re.escape(full)}(?!\w)", label)
+    ]
     return Record(
         category="medical_shorthand",
         raw=" ".join(c[0] for c in clauses),
-        label=" ".join(c[1] for c in clauses),
+        label=label,
         note=f"{len(clauses)} clauses",
-        facts=tuple(facts),
+        facts=tuple(dict.fromkeys([*facts, *terms])),
     )

@@ -1,0 +1,242 @@
+"""A team's own dataset file named by a catalog entry (``dataset: examples/x.jsonl``).
+
+Read here, in ``config``, because ``make check`` must refuse a bad file before anything trains
+on it, and because a custom task's default rank follows the size of its data (the seed
+article's table: a high rank and alpha under 100 examples). ``training.datasets.user`` turns
+the rows into the train / validation / test split.
+
+Accepted records, one per JSON line, CSV row or Parquet row:
+
+- ``{"input": "...", "output": "..."}``; an ``output`` that is a JSON object or array is kept
+  as its compact JSON text (what a JSON task's adapter must write);
+- ``{"messages": [{"role": "system", ...}?, {"role": "user", ...}, {"role": "assistant", ...}]}``
+  (OpenAI's fine-tuning shape, one exchange). A system turn must be the entry's instruction,
+  since the adapter is served with that one;
+- either with an optional ``split`` (train, validation or test) that the split then honours.
+
+JSON Lines is read with the standard library (an error names its line); CSV and Parquet go
+through Hugging Face ``datasets``, as the issue that asked for them specifies, and an error
+names the row (CSV: its line is the row plus one, for the header).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: Suffixes a dataset file may have.
+FORMATS = (".jsonl", ".csv", ".parquet")
+#: An S3 object of one of those formats.
+S3_DATASET_RE = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/\S+(\.jsonl|\.csv|\.parquet)$")
+#: Fewest records a file may hold: enough for a test part the gate's bootstrap can use (20)
+#: beside a validation part and at least as many training records.
+MIN_RECORDS = 50
+SPLITS = ("train", "validation", "test")
+#: Problems reported per file; the rest are counted.
+MAX_REPORTED = 10
+
+
+@dataclass(frozen=True)
+class Row:
+    """One record of a dataset file: where it was (``where``: "line 7" or "row 7")."""
+
+    where: str
+    input: str
+    output: str
+    split: str | None = None
+    system: str | None = None
+
+
+class DatasetFileError(ValueError):
+    """A dataset file that cannot be trained on; ``problems`` name the line and field."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.source, self.problems = source, problems
+        shown = problems[:MAX_REPORTED]
+        more = len(problems) - len(shown)
+        super().__init__("; ".join(shown) + (f"; and {more} more" if more else ""))
+
+
+def is_file_dataset(name: str | None) -> bool:
+    """Whether an entry's ``dataset`` names a file (or an S3 object), not a generator."""
+    return name is not None and (name.startswith("s3://") or name.endswith(FORMATS))
+
+
+def resolve_path(name: str, catalog_dir: Path, root: Path) -> Path:
+    """A repository file: relative to the repository root, or to the catalog's directory."""
+    for base in (root, catalog_dir):
+        path = (base / name).resolve()
+        if path.is_file():
+            return path
+    raise DatasetFileError(
+        name, [f"file not found (looked in {root} and in the catalog's directory {catalog_dir})"]
+    )
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _text(value: Any) -> str | None:
+    """An output as text: a string itself, a JSON object or array as its compact JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    return None
+
+
+def _messages(where: str, messages: Any, problems: list[str]) -> tuple[str, str, str | None]:
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        problems.append(f"{where}: field 'messages': must be a list of {{role, content}} objects")
+        return "", "", None
+    roles = [m.get("role") for m in messages]
+    system = None
+    if roles[:1] == ["system"]:
+        system = messages[0].get("content")
+        messages, roles = messages[1:], roles[1:]
+    if roles != ["user", "assistant"]:
+        problems.append(
+            f"{where}: field 'messages': roles {roles} - one exchange is expected: an optional "
+            "system turn, then one user turn and one assistant turn"
+        )
+        return "", "", None
+    contents = [m.get("content") for m in messages]
+    for role, content in zip(roles, contents, strict=True):
+        if not isinstance(content, str) or not content.strip():
+            problems.append(f"{where}: field 'messages': the {role} turn has no text content")
+            return "", "", None
+    return contents[0], contents[1], system if isinstance(system, str) else None
+
+
+def parse_record(where: str, record: Any, problems: list[str]) -> Row | None:
+    """One record as a ``Row``, or ``None`` with its problems appended."""
+    if not isinstance(record, dict):
+        problems.append(f"{where}: expected an object with input/output or messages")
+        return None
+    start = len(problems)
+    split = record.get("split")
+    if split in ("", None):
+        split = None
+    elif split not in SPLITS:
+        problems.append(f"{where}: field 'split': {split!r} is not one of {', '.join(SPLITS)}")
+    if record.get("messages") is not None:
+        text, output, system = _messages(where, record["messages"], problems)
+    else:
+        system = None
+        text = record.get("input")
+        output = _text(record.get("output"))
+        for field, value in (("input", text), ("output", output)):
+            if not isinstance(value, str) or not value.strip():
+                got = "missing" if record.get(field) is None else "empty or not text"
+                problems.append(
+                    f"{where}: field '{field}': {got} (a record is {{input, output}} or "
+                    "{messages})"
+                )
+    if len(problems) > start:
+        return None
+    return Row(where, str(text), str(output), split, system)
+
+
+def _read_jsonl(path: Path, problems: list[str]) -> list[Row]:
+    rows: list[Row] = []
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            where = f"line {number}"
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                problems.append(f"{where}: not UTF-8 text")
+                continue
+            except json.JSONDecodeError as exc:
+                problems.append(f"{where}: not JSON ({exc.msg} at column {exc.colno})")
+                continue
+            if (row := parse_record(where, record, problems)) is not None:
+                rows.append(row)
+    return rows
+
+
+def _read_table(path: Path, problems: list[str]) -> list[Row]:
+    """CSV or Parquet through Hugging Face ``datasets``, held in memory (no cache files)."""
+    from datasets import Dataset
+
+    try:
+        if path.suffix == ".csv":
+            table = Dataset.from_csv(str(path), keep_in_memory=True)
+        else:
+            table = Dataset.from_parquet(str(path), keep_in_memory=True)
+    except Exception as exc:
+        problems.append(f"cannot be read as {path.suffix[1:].upper()}: {exc}")
+        return []
+    columns = set(table.column_names)
+    if "messages" not in columns and not {"input", "output"} <= columns:
+        problems.append(
+            f"columns {sorted(columns)}: expected input and output (and optional split), or "
+            "messages"
+        )
+        return []
+    offset = 2 if path.suffix == ".csv" else 1
+    rows: list[Row] = []
+    for i, record in enumerate(table):
+        where = f"row {i + 1}" + (f" (line {i + offset})" if path.suffix == ".csv" else "")
+        if (row := parse_record(where, record, problems)) is not None:
+            rows.append(row)
+    return rows
+
+
+def read_rows(path: Path, *, instruction: str | None = None) -> list[Row]:
+    """Every record of a local dataset file, or ``DatasetFileError`` naming each bad one."""
+    problems: list[str] = []
+    if path.suffix not in FORMATS:
+        raise DatasetFileError(str(path), [f"unknown format (use one of {', '.join(FORMATS)})"])
+    rows = _read_jsonl(path, problems) if path.suffix == ".jsonl" else _read_table(path, problems)
+    problems += [
+        f"{r.where}: field 'messages': its system turn differs from the entry's instruction "
+        "(the adapter is served with the instruction; set it there, or drop the turn)"
+        for r in rows
+        if r.system is not None and instruction is not None and r.system != instruction
+    ]
+    labelled = [r for r in rows if r.split is not None]
+    if labelled and len(labelled) != len(rows):
+        first = next(r for r in rows if r.split is None)
+        problems.append(
+            f"{first.where}: field 'split': missing, while {len(labelled)} other records have "
+            "one (give every record a split, or none)"
+        )
+    if labelled:
+        for part, least in (("train", MIN_RECORDS // 2), ("test", 20)):
+            have = sum(1 for r in labelled if r.split == part)
+            if have < least:
+                problems.append(f"split {part!r} has {have} records, fewer than {least}")
+    if not problems and len(rows) < MIN_RECORDS:
+        problems.append(f"{len(rows)} records, fewer than the minimum of {MIN_RECORDS}")
+    if problems:
+        raise DatasetFileError(str(path), problems)
+    return rows
+
+
+def token_problems(
+    rows: list[Row], count: Callable[[str, str], int], limit: int, field: str = "input"
+) -> list[str]:
+    """Records whose prompt and answer together (``count``: tokens in the base's chat template)
+    pass ``limit``: the trainer would cut their answer off."""
+    problems = []
+    for r in rows:
+        tokens = count(r.input, r.output)
+        if tokens > limit:
+            problems.append(
+                f"{r.where}: field '{field}': {tokens} tokens with its output in the chat "
+                f"template, over the limit of {limit} (max_length); shorten it"
+            )
+    return problems

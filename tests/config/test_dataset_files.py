@@ -1,0 +1,176 @@
+"""A team's own dataset file in the catalog: read, checked record by record, and refused by
+``make check`` with the entry, the line and the field named."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from config import CATALOG_PATH, CatalogError, load_catalog, load_deployment
+from config.dataset_files import DatasetFileError, read_rows
+
+REAL = yaml.safe_load(CATALOG_PATH.read_text())
+ROOT = Path(__file__).resolve().parents[2]
+INSTRUCTION = "Answer the customer."
+
+
+def _records(n: int) -> list[dict]:
+    return [
+        {
+            "input": f"Where is parcel {i}, shipped on day {i % 28}?",
+            "output": f"Parcel {i} is on its way.",
+        }
+        for i in range(n)
+    ]
+
+
+def _jsonl(path: Path, records: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records))
+    return path
+
+
+def _catalog(tmp_path: Path, dataset: str, **fields: object) -> Path:
+    data = copy.deepcopy(REAL)
+    entry = {
+        "name": "own-data",
+        "version": "1.0.0",
+        "base": "qwen3-4b",
+        "task": "answers",
+        "instruction": INSTRUCTION,
+        "metric": "chrf",
+        "dataset": dataset,
+        **fields,
+    }
+    data["adapters"] = [entry]
+    path = tmp_path / "adapters.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_the_three_record_shapes_are_read(tmp_path: Path) -> None:
+    chat = {
+        "messages": [
+            {"role": "system", "content": INSTRUCTION},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+        ]
+    }
+    as_object = {"input": "order 7 late", "output": {"category": "shipping", "order_id": "7"}}
+    rows = read_rows(
+        _jsonl(tmp_path / "d.jsonl", [chat, as_object, *_records(60)]), instruction=INSTRUCTION
+    )
+    assert (rows[0].input, rows[0].output) == ("hi", "hello")
+    assert json.loads(rows[1].output) == as_object["output"]
+    assert len(rows) == 62
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ('{"input": "a", "output": ', "line 3: not JSON"),
+        ({"input": "a"}, "line 3: field 'output': missing"),
+        ({"input": "", "output": "b"}, "line 3: field 'input': empty"),
+        ({"messages": [{"role": "user", "content": "a"}]}, "line 3: field 'messages': roles"),
+        ({"input": "a", "output": "b", "split": "dev"}, "line 3: field 'split': 'dev'"),
+        (
+            {
+                "messages": [
+                    {"role": "system", "content": "Be rude."},
+                    {"role": "user", "content": "a"},
+                    {"role": "assistant", "content": "b"},
+                ]
+            },
+            "line 3: field 'messages': its system turn differs",
+        ),
+    ],
+)
+def test_a_bad_record_is_named_by_line_and_field(tmp_path: Path, bad, message: str) -> None:
+    records = _records(60)
+    path = _jsonl(tmp_path / "d.jsonl", [*records[:2], bad, *records[2:]])
+    with pytest.raises(DatasetFileError, match=message.replace("(", r"\(")):
+        read_rows(path, instruction=INSTRUCTION)
+
+
+def test_too_few_records_and_mixed_splits_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(DatasetFileError, match="fewer than the minimum of 50"):
+        read_rows(_jsonl(tmp_path / "few.jsonl", _records(10)))
+    mixed = [{**r, "split": "train"} for r in _records(60)] + _records(1)
+    with pytest.raises(DatasetFileError, match="line 61: field 'split': missing"):
+        read_rows(_jsonl(tmp_path / "mixed.jsonl", mixed))
+
+
+def test_csv_and_parquet_go_through_datasets(tmp_path: Path) -> None:
+    from datasets import Dataset
+
+    table = Dataset.from_list(
+        [{**r, "split": "test" if i < 20 else "train"} for i, r in enumerate(_records(60))]
+    )
+    table.to_csv(str(tmp_path / "d.csv"), index=False)
+    table.to_parquet(str(tmp_path / "d.parquet"))
+    for name in ("d.csv", "d.parquet"):
+        rows = read_rows(tmp_path / name)
+        assert len(rows) == 60 and rows[0].split == "test" and rows[59].split == "train"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("input,answer\nhello,there\n")
+    with pytest.raises(DatasetFileError, match="expected input and output"):
+        read_rows(bad)
+
+
+def test_make_check_names_the_entry_and_the_line(tmp_path: Path) -> None:
+    records = _records(60)
+    _jsonl(tmp_path / "data.jsonl", [*records[:4], {"input": "x"}, *records[4:]])
+    path = _catalog(tmp_path, "data.jsonl")
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(path)
+    issue = exc.value.issues[0]
+    assert (issue.entry, issue.field) == ("adapter 'own-data'", "dataset")
+    assert "line 5: field 'output': missing" in issue.message
+    done = subprocess.run(
+        [sys.executable, "-m", "config", "check", "--catalog", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "adapter 'own-data': field 'dataset': data.jsonl: line 5" in done.stderr
+
+
+def test_a_missing_file_and_a_task_without_its_definition_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(CatalogError, match="file not found"):
+        load_catalog(_catalog(tmp_path, "nowhere.jsonl"))
+    _jsonl(tmp_path / "data.jsonl", _records(60))
+    for fields, field, why in [
+        ({"instruction": None}, "task", "so the entry defines it; missing: instruction"),
+        ({"metric": "bleu"}, "metric", "'bleu' is not one of chrf, exact"),
+        ({"metric": "json_schema"}, "json_schema", "checks outputs against"),
+        ({"dataset_": "sales_json"}, "task", "missing: dataset (a file of yours"),
+    ]:
+        dataset = fields.pop("dataset_", "data.jsonl")
+        with pytest.raises(CatalogError) as exc:
+            load_catalog(_catalog(tmp_path, dataset, **fields))
+        issue = exc.value.issues[0]
+        assert (issue.entry, issue.field) == ("adapter 'own-data'", field)
+        assert why in issue.message
+
+
+@pytest.mark.parametrize(("records", "rank", "alpha"), [(60, 64, 128), (240, 16, 32)])
+def test_a_custom_tasks_rank_follows_its_data_size(tmp_path, records, rank, alpha) -> None:
+    """The seed article's table: a high rank and alpha for a limited set (under 100)."""
+    _jsonl(tmp_path / "data.jsonl", _records(records))
+    catalog = _catalog(tmp_path, "data.jsonl", minimums={"chrf": 30.0})
+    profile = load_deployment("dev", catalog).adapter("own-data").profile
+    assert (profile.rank, profile.alpha) == (rank, alpha)
+    assert profile.instruction == INSTRUCTION and profile.minimums == {"chrf": 30.0}
+
+
+def test_the_shipped_example_is_a_valid_dataset() -> None:
+    rows = read_rows(ROOT / "examples" / "support-triage.jsonl")
+    assert len(rows) >= 200 and all(json.loads(r.output)["category"] for r in rows)
+    assert load_deployment("local").adapter("support-triage").entry.dataset_records == len(rows)

@@ -1,0 +1,69 @@
+"""A team's own records split so that nothing can be memorized across parts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from config.dataset_files import Row, read_rows
+from training.datasets.common import PARTS
+from training.datasets.user import near_duplicate_groups, split_rows, straddling_groups
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "support-triage.jsonl"
+
+
+def test_slot_fills_of_one_template_are_one_group() -> None:
+    pairs = [
+        ("Hi, my order 1234 from Anna has not arrived.", "shipping"),
+        ("Hi, my order 98765 from Bob has not arrived.", "shipping"),
+        ("The blender I bought stopped working after a week, and support never replied.", "x"),
+        ("My blender I bought stopped working after a week, and support never replied!", "y"),
+        ("Please close my account.", "account"),
+    ]
+    groups = near_duplicate_groups(pairs)
+    assert groups[0] == groups[1]  # digits and names masked
+    assert groups[2] == groups[3]  # one core sentence
+    assert len({groups[0], groups[2], groups[4]}) == 3
+
+
+def test_the_example_dataset_splits_with_no_group_across_parts() -> None:
+    split = split_rows("support_triage", read_rows(EXAMPLE))
+    sizes = split.sizes()
+    assert sizes["test"] >= 20 and sizes["validation"] >= 10 and sizes["train"] >= 150
+    assert straddling_groups(split) == 0
+    assert split.sha256() == split_rows("support_triage", read_rows(EXAMPLE)).sha256()
+
+
+def test_templated_records_never_straddle_two_parts() -> None:
+    """What the built-in generators did: slot fills of a few templates. Split by groups, no
+    template has records in two parts."""
+    templates = [
+        "Where is my order {n}? It was due on day {d}.",
+        "I was charged twice for order {n}, {d} days ago.",
+        "Can I return order {n}? It arrived {d} days late and broken.",
+    ]
+    rows = [
+        Row(f"line {i}", templates[i % 3].format(n=1000 + i, d=i % 9), f"answer {i % 3}")
+        for i in range(60)
+    ] + [
+        Row(f"line {60 + i}", f"Unique question number {'abcdefghij'[i % 10]} {w}", w)
+        for i, w in enumerate(f"word{k}" for k in range(60))
+    ]
+    try:
+        split = split_rows("t", rows)
+    except ValueError:
+        return  # too few groups to split is an honest answer too
+    assert straddling_groups(split) == 0
+
+
+def test_splits_given_in_the_file_are_honoured() -> None:
+    def text(i: int) -> str:  # distinct once digits are masked
+        return "question about " + "".join(chr(97 + (i // 26**k) % 26) for k in range(3))
+
+    rows = [
+        Row(f"line {i}", text(i), text(i)[::-1], split="test" if i < 25 else "train")
+        for i in range(80)
+    ]
+    split = split_rows("t", rows)
+    assert {r.raw for r in split.test} == {text(i) for i in range(25)}
+    assert split.validation and not {r.raw for r in split.validation} & {r.raw for r in split.train}
+    assert sum(split.sizes()[p] for p in PARTS) == 80
