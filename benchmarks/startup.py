@@ -84,12 +84,13 @@ class Platform:
 def check_answers(p: Platform, dep) -> list[str]:
     """Every online adapter answers a test input through the router; the medical and PII
     answers keep the input's facts and leak nothing. Returns what failed."""
+    from config import CATALOG_PATH
     from training import datasets
     from training.metrics import faithfulness, pii_example
 
     problems = []
     for a in dep.adapters:
-        rec = datasets.load(a.entry.dataset or a.entry.task, a.entry.dataset_seed).test[0]
+        rec = datasets.for_entry(a.entry, CATALOG_PATH.parent)[0].test[0]
         body = {"inputs": rec.raw, "parameters": {"max_new_tokens": 96}}
         r = httpx.post(f"{p.gateway}/v1/adapters/{a.name}/generate", json=body, timeout=300)
         if r.status_code != 200:

@@ -66,8 +66,10 @@ def _print_deployment(dep: Deployment) -> None:
 def _tokenizer(dep: Deployment):
     """The base's tokenizer where this machine has it: a local base built under
     .artifacts/base, or a hub base in the Hugging Face cache (never downloaded here)."""
-    from transformers import AutoTokenizer
-
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:  # the catalog tools without the training extra
+        return None
     built = REPO_ROOT / ".artifacts" / "base" / dep.base_key
     try:
         if (built / "tokenizer_config.json").exists():

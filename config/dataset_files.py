@@ -21,6 +21,7 @@ names the row (CSV: its line is the row plus one, for the header).
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import re
@@ -59,7 +60,7 @@ class DatasetFileError(ValueError):
         self.source, self.problems = source, problems
         shown = problems[:MAX_REPORTED]
         more = len(problems) - len(shown)
-        super().__init__("; ".join(shown) + (f"; and {more} more" if more else ""))
+        super().__init__(f"{source}: " + "; ".join(shown) + (f"; and {more} more" if more else ""))
 
 
 def is_file_dataset(name: str | None) -> bool:
@@ -72,6 +73,8 @@ def resolve_path(name: str, catalog_dir: Path, root: Path) -> Path:
     for base in (root, catalog_dir):
         path = (base / name).resolve()
         if path.is_file():
+            if not any(path.is_relative_to(b.resolve()) for b in (root, catalog_dir)):
+                raise DatasetFileError(name, [f"{path} is outside the repository"])
             return path
     raise DatasetFileError(
         name, [f"file not found (looked in {root} and in the catalog's directory {catalog_dir})"]
@@ -91,11 +94,18 @@ def _text(value: Any) -> str | None:
     if isinstance(value, str):
         return value
     if isinstance(value, dict | list):
-        return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+        # default=str: a Parquet struct may hold dates or decimals, which JSON has no type for.
+        return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
     return None
 
 
 def _messages(where: str, messages: Any, problems: list[str]) -> tuple[str, str, str | None]:
+    if isinstance(messages, str):  # a CSV cell holds the list as JSON text
+        try:
+            messages = json.loads(messages)
+        except ValueError:
+            problems.append(f"{where}: field 'messages': not a JSON list")
+            return "", "", None
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         problems.append(f"{where}: field 'messages': must be a list of {{role, content}} objects")
         return "", "", None
@@ -125,7 +135,7 @@ def parse_record(where: str, record: Any, problems: list[str]) -> Row | None:
         return None
     start = len(problems)
     split = record.get("split")
-    if split in ("", None):
+    if not isinstance(split, str) or not split.strip():  # absent, empty, or a CSV's empty cell
         split = None
     elif split not in SPLITS:
         problems.append(f"{where}: field 'split': {split!r} is not one of {', '.join(SPLITS)}")
@@ -155,7 +165,7 @@ def _read_jsonl(path: Path, problems: list[str]) -> list[Row]:
             if not raw.strip():
                 continue
             try:
-                record = json.loads(raw.decode("utf-8"))
+                record = json.loads(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
             except UnicodeDecodeError:
                 problems.append(f"{where}: not UTF-8 text")
                 continue
@@ -169,11 +179,18 @@ def _read_jsonl(path: Path, problems: list[str]) -> list[Row]:
 
 def _read_table(path: Path, problems: list[str]) -> list[Row]:
     """CSV or Parquet through Hugging Face ``datasets``, held in memory (no cache files)."""
-    from datasets import Dataset
-
+    try:
+        from datasets import Dataset, Features, Value
+    except ImportError:
+        problems.append("reading CSV or Parquet needs Hugging Face datasets (pip install datasets)")
+        return []
     try:
         if path.suffix == ".csv":
-            table = Dataset.from_csv(str(path), keep_in_memory=True)
+            # Every column as text: a label of "1" or "4.5" is a label, not a number.
+            with path.open(newline="", encoding="utf-8-sig") as fh:
+                header = next(csv.reader(fh), [])
+            text = Features({column: Value("string") for column in header})
+            table = Dataset.from_csv(str(path), keep_in_memory=True, features=text)
         else:
             table = Dataset.from_parquet(str(path), keep_in_memory=True)
     except Exception as exc:

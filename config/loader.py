@@ -32,7 +32,7 @@ from config.schema import (
     PipelineConfig,
     cap_problem,
 )
-from config.tasks import TaskProfile
+from config.tasks import TaskProfile, headline
 
 CONFIG_DIR = Path(__file__).resolve().parent
 CATALOG_PATH = CONFIG_DIR / "adapters.yaml"
@@ -167,6 +167,7 @@ def load_catalog(path: Path | str = CATALOG_PATH) -> Catalog:
         issues.extend(_dataset_issues(path.parent, file, label, a))
         issues.extend(_rank_issues(file, label, a, a.base, base))
         issues.extend(_schema_issues(path.parent, file, label, a))
+        issues.extend(_label_issues(path.parent, file, label, a))
         # AWS's LoRA guidance lists "changing the base revision without reevaluating its
         # adapters" among the traps: an adapter's gate holds for the base it was run on.
         for field, gated, flag in (
@@ -275,6 +276,35 @@ def _schema_issues(root: Path, file: str, label: str, a: AdapterEntry) -> list[I
         return issue(f"not a valid JSON Schema: {exc.message}")
     a._json_schema_document = doc
     return []
+
+
+def _label_issues(root: Path, file: str, label: str, a: AdapterEntry) -> list[Issue]:
+    """A JSON task's labels must be what its outputs are scored as: JSON objects that satisfy
+    the entry's schema (a label that is not would make the gate fail after training)."""
+    if a.dataset_file is None or a._dataset_records is None:
+        return []
+    if headline(a.profile().metric) != "json_field_f1":
+        return []
+    from jsonschema import validators
+
+    doc = a.json_schema_document
+    check = validators.validator_for(doc)(doc) if doc is not None else None
+    _, rows = dataset_rows(a, root)
+    problems = []
+    for r in rows:
+        try:
+            value = json.loads(r.output)
+        except ValueError:
+            problems.append(f"{r.where}: field 'output': not JSON, which a JSON task's label is")
+            continue
+        if not isinstance(value, dict):
+            problems.append(f"{r.where}: field 'output': a JSON object is expected")
+        elif check is not None and (error := next(check.iter_errors(value), None)) is not None:
+            why = f"not valid for {a.json_schema}: {error.message}"
+            problems.append(f"{r.where}: field 'output': {why}")
+    shown = problems[:MAX_REPORTED]
+    more = [f"and {len(problems) - len(shown)} more"] if len(problems) > len(shown) else []
+    return [Issue(file, label, "dataset", f"{a.dataset_file}: {p}") for p in shown + more]
 
 
 def _rank_issues(

@@ -24,6 +24,8 @@ from pydantic import (
 from config.dataset_files import FORMATS, S3_DATASET_RE, is_file_dataset
 from config.tasks import (
     CUSTOM_METRICS,
+    FILE_TASKS,
+    SCORE_COLUMNS,
     TARGET_MODULES,
     TASK_PROFILES,
     Targets,
@@ -487,15 +489,28 @@ class AdapterEntry(_Published):
         metric a built-in task does not take (``config.loader`` reports them by field)."""
         if self.task in TASK_PROFILES:
             built_in = TASK_PROFILES[self.task].metric
+            own = "; a task of your own (a new task name) takes its own"
+            problems = [
+                (f, f"task {self.task!r} is built in and keeps its {f}{own}")
+                for f in ("minimums", "maximums")
+                if getattr(self, f) is not None
+            ]
             if self.metric is not None and self.metric != built_in:
-                return [
+                problems.append(
+                    ("metric", f"task {self.task!r} is built in and gated on {built_in}{own}")
+                )
+            # The built-in scorers read what their generators record beside each record (the
+            # facts, PII values); a file has none of it, so their floors would be empty.
+            if self.dataset_file is not None and self.task not in FILE_TASKS:
+                problems.append(
                     (
-                        "metric",
-                        f"task {self.task!r} is built in and gated on {built_in}; "
-                        "a task of your own (a new task name) takes a metric",
+                        "dataset",
+                        f"task {self.task!r} scores what its generator "
+                        "records beside each example; train a file on a task of your "
+                        "own (task: a new name, with instruction and metric)",
                     )
-                ]
-            return []
+                )
+            return problems
         missing = [f for f in ("instruction", "metric") if getattr(self, f) is None]
         if not is_file_dataset(self.dataset):
             missing.append("dataset (a file of yours: path/to/file.jsonl)")
@@ -513,6 +528,16 @@ class AdapterEntry(_Published):
             problems.append(
                 ("metric", f"{self.metric!r} is not one of {', '.join(CUSTOM_METRICS)}")
             )
+        for field in ("minimums", "maximums"):
+            unknown = sorted(set(getattr(self, field) or {}) - set(SCORE_COLUMNS))
+            if unknown:
+                problems.append(
+                    (
+                        field,
+                        f"{unknown} are not scores (known: "
+                        f"{', '.join(SCORE_COLUMNS)}; chrf is 0-100, the rest 0-1)",
+                    )
+                )
         if self.metric == "json_schema" and self.json_schema is None:
             problems.append(
                 (

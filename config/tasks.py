@@ -163,6 +163,19 @@ TASK_PROFILES: dict[str, TaskProfile] = {
 #: JSON Schema, then scores its fields; facts counts the input's facts the output keeps,
 #: less the ones it invents or changes.
 CUSTOM_METRICS = ("chrf", "exact", "json_schema", "facts")
+#: The per-example scores ``training.metrics.score`` reports: what floors and ceilings name.
+SCORE_COLUMNS = (
+    "score",
+    "chrf",
+    "exact_match",
+    "faithfulness",
+    "facts",
+    "json_valid",
+    "json_field_f1",
+)
+#: Built-in tasks whose scorer needs nothing but the label, so a file may stand in for their
+#: generator (the others read facts or PII values the generator records).
+FILE_TASKS = ("sales_json",)
 
 #: The seed article's table, by training-set size: "a high-rank LoRA with a high scaling
 #: parameter" for a limited training set (under 100 examples), a lower rank for an expansive
@@ -199,3 +212,16 @@ def custom_profile(
         **SCHEDULE,
         instruction=instruction,
     )
+
+
+#: What ``score`` reports as the headline for each gate metric.
+HEADLINES = {
+    "pii_leak_rate": "redaction_score",
+    "exact": "exact_match",
+    "json_schema": "json_field_f1",
+}
+
+
+def headline(metric: str) -> str:
+    """What ``score`` measures for a task metric (the PII gate scores redaction, not leaks)."""
+    return HEADLINES.get(metric, metric)

@@ -257,7 +257,9 @@ def _catalog_view(gateway: LocalGateway) -> dict[str, Any]:
     adapters, tasks = [], {}
     for name, route in sorted(gateway.table.get("adapters", {}).items()):
         entry = entries.get(name)
-        profile = entry.profile() if entry is not None else TASK_PROFILES[route["task"]]
+        profile = entry.profile() if entry is not None else TASK_PROFILES.get(route["task"])
+        if profile is None:  # a task of the entry's own, whose entry this gateway cannot read
+            continue
         adapters.append({
             "name": name, "version": route.get("version"), "task": route.get("task"),
             "description": route.get("description", ""), "component": route.get("component"),

@@ -7,7 +7,8 @@ user turn, the base tokenizer's chat template). Its rivals:
   (the JSON Schema; the placeholder names), with Qwen3's thinking turned off;
 - the echo of the input: a rewrite that changes nothing keeps every fact;
 - the nearest training label: the label of the training input most like the test input, a
-  lookup that a test set made of a template's slot fills would reward.
+  lookup that a test set made of a template's slot fills would reward;
+- the most frequent training label: a classifier that learned only the prior.
 
 The adapter passes when
 
@@ -100,10 +101,13 @@ def nearest_labels(records: list[Record], train: list[Record]) -> list[str]:
 
 
 def trivial_outputs(records: list[Record], train: list[Record]) -> dict[str, list[str]]:
-    """The answers that need no model: the echo and the nearest training label."""
+    """The answers that need no model: the echo, the nearest training label, and the most
+    frequent training label (what a classifier that learned only the prior would say)."""
     rivals = {"echo": [r.raw for r in records]}
     if train:
         rivals["nearest_label"] = nearest_labels(records, train)
+        common = Counter(t.label for t in train).most_common(1)[0][0]
+        rivals["most_frequent_label"] = [common for _ in records]
     return rivals
 
 

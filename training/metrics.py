@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
 
+from config.tasks import headline
+
 #: The scorers' version: an archive evaluated by another one is evaluated again before it is
 #: reused (``local.platform.cached_adapter``). Raise it whenever a score can change.
-SCORER_VERSION = 2
+SCORER_VERSION = 3
 
 
 def chrf(hypothesis: str, reference: str, n: int = 6, beta: float = 2.0) -> float:
@@ -98,14 +100,15 @@ _DIGITS = re.compile(r"\d+")
 _ALPHA = re.compile(r"[^\W\d_]+")
 
 
-#: Digit groups written apart ("52 76 60 5", "658-459-024-1", "(65) 8459.0241") are one run.
-_DIGIT_RUN = re.compile(r"\d(?:[\s().\-/]*\d)*")
+#: Digit groups written apart ("52 76 60 5", "658-459-024-1", "(65) 8459.0241", "84:59:02:41")
+#: are one run: up to three characters that are not letters or digits may stand between.
+_DIGIT_RUN = re.compile(r"\d(?:[^\w\n]{0,3}\d|_{1,3}\d)*")
 #: Words a value may contain that say nothing about a person: address kinds, e-mail domains'
-#: generic parts. Seeing "road" in an output is not a leak of "12 Jalan Besar Road".
+#: generic parts. Seeing "road" in an output is not a leak of "12 Jalan Besar Road". Words
+#: that are also surnames (Park, Lane, West, Way) are left out: they may be the leak.
 _GENERIC = (
-    "road rd street st avenue ave lane ln drive dr way boulevard blvd close crescent place park "
-    "block blk unit floor level apt apartment suite north south east west central "
-    "com org net edu gov co sg uk io mail email"
+    "road rd street st avenue ave ln drive dr boulevard blvd crescent block blk unit floor "
+    "level apt apartment suite com org net edu gov co sg uk io mail email"
 )
 GENERIC_WORDS = frozenset(_GENERIC.split())
 #: Shortest run of a value's digits that counts as leaked.
@@ -153,6 +156,15 @@ def leaked_parts(hypothesis: str, value: str, label: str) -> list[str]:
         )
         if shared is not None:
             found.append(shared)
+    # A value's own digit run of three or more kept whole ("Blk 123") leaks too.
+    found += [
+        run
+        for run in _DIGITS.findall(value)
+        if len(run) >= 3
+        and run not in label_runs
+        and run not in found
+        and any(run in o for o in _digit_runs(hypothesis) if o not in label_runs)
+    ]
     return found
 
 
@@ -175,21 +187,15 @@ def pii_example(hypothesis: str, label: str, values: dict[str, str]) -> tuple[fl
     return leak_share, ratio * (types.ratio() if _PLACEHOLDER.search(label) else 1.0)
 
 
-#: What ``score`` reports as the headline for each gate metric.
-HEADLINES = {
-    "pii_leak_rate": "redaction_score",
-    "exact": "exact_match",
-    "json_schema": "json_field_f1",
-}
-
-
-def headline(metric: str) -> str:
-    """What ``score`` measures for a task metric (the PII gate scores redaction, not leaks)."""
-    return HEADLINES.get(metric, metric)
-
-
+#: Units a number's fact carries (a duration, an amount, a measure); other words after a
+#: number ("5521 came") are not part of it.
+UNITS = (
+    "%|percent|years?|months?|weeks?|days?|hours?|minutes?|mins?|seconds?|secs?|yo|y/o|"
+    "kg|g|mg|mcg|ml|l|km|m|cm|mm|mi|lbs?|oz|usd|eur|gbp|sgd|dollars?|euros?|items?|units?|"
+    "pcs|x|am|pm|h|d|wk|mo"
+)
 _FACT = re.compile(
-    r"\d+(?:[.,:/\-]\d+)*(?:\s?(?:%|[a-z]{1,5}\b))?"  # numbers, with a unit or a time
+    rf"\d+(?:[.,:/\-]\d+)*(?:\s?(?i:{UNITS})\b)?"  # numbers, with a unit or a time
     r"|(?<=[a-z,;:] )[A-Z][\w\-]+(?:\s[A-Z][\w\-]+)*"  # a name inside a sentence
 )
 
@@ -200,16 +206,17 @@ def extract_facts(text: str) -> set[str]:
 
 
 def facts_score(hypothesis: str, source: str, reference: str) -> float:
-    """The reference's facts the output keeps, times the share of the output's facts that are
-    true (in the reference or the source): listing facts earns nothing when some are wrong
-    or invented."""
+    """chrF against the reference (in [0, 1]), times the share of the reference's facts the
+    output keeps, times the share of the output's facts that are true (in the reference or
+    the source): listing facts earns nothing when some are wrong or invented, and echoing
+    the input, which keeps every fact, earns only its likeness to the answer."""
     expected = extract_facts(reference)
     stated = extract_facts(hypothesis)
     kept = sum(1 for f in expected if _fact_pattern(f).search(hypothesis)) / max(1, len(expected))
     known = expected | extract_facts(source)
     invented = sum(1 for f in stated if f not in known)
     precision = 1.0 - invented / len(stated) if stated else 1.0
-    return (kept if expected else 1.0) * precision
+    return chrf(hypothesis, reference) / 100 * (kept if expected else 1.0) * precision
 
 
 @dataclass(frozen=True)
@@ -273,7 +280,7 @@ def paired_bootstrap(
     diffs = [a - b for a, b in zip(adapter, base, strict=True)]
     n = len(diffs)
     rng = random.Random(seed)  # noqa: S311 - resampling, not secrecy
-    if groups is not None and len(set(groups)) < n:
+    if groups is not None and 2 <= len(set(groups)) < n:
         clusters: dict[str, list[float]] = {}
         for g, d in zip(groups, diffs, strict=True):
             clusters.setdefault(g, []).append(d)

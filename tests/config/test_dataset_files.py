@@ -174,3 +174,53 @@ def test_the_shipped_example_is_a_valid_dataset() -> None:
     rows = read_rows(ROOT / "examples" / "support-triage.jsonl")
     assert len(rows) >= 200 and all(json.loads(r.output)["category"] for r in rows)
     assert load_deployment("local").adapter("support-triage").entry.dataset_records == len(rows)
+
+
+def test_a_json_tasks_labels_must_satisfy_its_schema(tmp_path: Path) -> None:
+    good = {"category": "billing", "urgency": "low", "order_id": None}
+    records = [{"input": f"question number {i}", "output": good} for i in range(60)]
+    records[6] = {"input": "what?", "output": "n/a"}
+    records[9] = {"input": "and?", "output": {**good, "urgency": "someday"}}
+    _jsonl(tmp_path / "data.jsonl", records)
+    catalog = _catalog(tmp_path, "data.jsonl", metric="json_schema", json_schema="support-triage")
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(catalog)
+    messages = [i.message for i in exc.value.issues]
+    assert any("line 7: field 'output': not JSON" in m for m in messages)
+    assert any("line 10: field 'output': not valid for support-triage" in m for m in messages)
+
+
+def test_built_in_tasks_keep_their_floors_and_their_generators(tmp_path: Path) -> None:
+    _jsonl(tmp_path / "data.jsonl", _records(60))
+    for fields, field in [
+        ({"task": "pii_redaction", "instruction": None, "metric": None}, "dataset"),
+        (
+            {
+                "task": "style_transfer",
+                "dataset_": "style_transfer",
+                "instruction": None,
+                "metric": None,
+                "maximums": {},
+            },
+            "maximums",
+        ),
+        ({"minimums": {"exact": 0.9}}, "minimums"),
+    ]:
+        dataset = fields.pop("dataset_", "data.jsonl")
+        with pytest.raises(CatalogError) as exc:
+            load_catalog(_catalog(tmp_path, dataset, **fields))
+        assert field in {i.field for i in exc.value.issues}, exc.value
+
+
+def test_a_bom_a_numeric_csv_label_and_a_path_outside_the_repository(tmp_path: Path) -> None:
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(
+        "\ufeff".encode() + _jsonl(tmp_path / "plain.jsonl", _records(60)).read_bytes()
+    )
+    assert len(read_rows(path)) == 60
+    csv = tmp_path / "ratings.csv"
+    csv.write_text("input,output\n" + "".join(f"review {i},{i % 5}\n" for i in range(60)))
+    assert read_rows(csv)[3].output == "3"
+    _jsonl(tmp_path.parent / f"{tmp_path.name}-outside.jsonl", _records(60))
+    with pytest.raises(CatalogError, match="outside the repository"):
+        load_catalog(_catalog(tmp_path, f"../{tmp_path.name}-outside.jsonl"))

@@ -89,7 +89,12 @@ def test_an_adapter_trained_on_a_teams_own_file_answers_through_the_router(platf
     assert manifest["dataset"]["source"] == "file"
     assert manifest["dataset"]["path"] == "examples/support-triage.jsonl"
     assert len(manifest["dataset"]["file_sha256"]) == 64
-    assert set(manifest["eval"]["against"]) == {"base", "echo", "nearest_label"}
+    assert set(manifest["eval"]["against"]) == {
+        "base",
+        "echo",
+        "nearest_label",
+        "most_frequent_label",
+    }
     text = "Hi, I was charged twice for order 88123 and nobody answers my e-mails. Fix it today!"
     answer = httpx.post(
         f"{platform.gateway}/v1/adapters/support-triage/generate",

@@ -67,3 +67,33 @@ def test_splits_given_in_the_file_are_honoured() -> None:
     assert {r.raw for r in split.test} == {text(i) for i in range(25)}
     assert split.validation and not {r.raw for r in split.validation} & {r.raw for r in split.train}
     assert sum(split.sizes()[p] for p in PARTS) == 80
+
+
+def test_records_that_share_a_short_label_are_not_one_group() -> None:
+    """A class label ("billing") repeats by design; the inputs decide the groups."""
+    words = [
+        "apple",
+        "berry",
+        "cherry",
+        "delta",
+        "echo",
+        "foxtrot",
+        "golf",
+        "hotel",
+        "india",
+        "juliet",
+        "kilo",
+        "lima",
+    ]
+    rows = [
+        Row(
+            f"line {i}",
+            f"{words[i % 12]} {words[(i // 12) % 12]} {words[(i // 7) % 12]}",
+            ("billing", "shipping", "returns")[i % 3],
+        )
+        for i in range(144)
+    ]
+    groups = near_duplicate_groups([(r.input, r.output) for r in rows])
+    assert len(set(groups)) > 100
+    split = split_rows("t", rows)
+    assert {r.label for r in split.test} == {"billing", "shipping", "returns"}

@@ -29,6 +29,9 @@ SHINGLE_WORDS = 6
 #: Test and validation shares of the records when the file gives no split, with floors.
 TEST_SHARE, TEST_MIN = 0.15, 20
 VALIDATION_SHARE, VALIDATION_MIN = 0.10, 10
+#: Fewest near-duplicate groups the test part may hold: the gate resamples groups, and a few
+#: groups make an interval that says nothing.
+TEST_GROUPS_MIN = 10
 
 _NAME = re.compile(r"(?<=[a-z,;:] )[A-Z][a-z]+|(?<=^)[A-Z][a-z]+(?=,)")
 _DIGITS = re.compile(r"\d+")
@@ -55,7 +58,8 @@ def _shingles(text: str) -> set[str]:
 
 def _structured(output: str) -> bool:
     """A JSON output: its values come from a small set by design (a category, a flag), so two
-    records with one output are not near-duplicates; their inputs decide."""
+    records with one output are not near-duplicates; their inputs decide. So do short text
+    outputs (a class label): only an output of ``SHINGLE_WORDS`` words or more is a text."""
     try:
         return isinstance(json.loads(output), dict | list)
     except ValueError:
@@ -75,7 +79,7 @@ def near_duplicate_groups(pairs: list[tuple[str, str]]) -> list[int]:
     keys: list[set[str]] = []
     for text, output in pairs:
         ks = {"in:" + mask(text)} | {"s:" + s for s in _shingles(text)}
-        if not _structured(output):
+        if not _structured(output) and len(mask(output).split()) >= SHINGLE_WORDS:
             ks |= {"out:" + mask(output)} | {"s:" + s for s in _shingles(output)}
         keys.append(ks)
     counts = Counter(k for ks in keys for k in ks)
@@ -83,7 +87,7 @@ def near_duplicate_groups(pairs: list[tuple[str, str]]) -> list[int]:
     first: dict[str, int] = {}
     for i, ks in enumerate(keys):
         for k in ks:
-            if k.startswith("s:") and counts[k] > limit:
+            if not k.startswith("in:") and counts[k] > limit:
                 continue
             if k in first:
                 parent[find(i)] = find(first[k])
@@ -147,10 +151,16 @@ def split_rows(task: str, rows: list[Row], seed: int = 0) -> Split:
             order, max(VALIDATION_MIN, round(VALIDATION_SHARE * len(records)))
         )
         parts = {"train": [r for g in order for r in g], "validation": validation, "test": test}
-    if len(parts["train"]) < len(rows) // 4 or len(parts["test"]) < TEST_MIN:
+    test_groups = len({r.category for r in parts["test"]})
+    if (
+        len(parts["train"]) < len(rows) // 4
+        or len(parts["test"]) < TEST_MIN
+        or test_groups < TEST_GROUPS_MIN
+    ):
         sizes = ", ".join(f"{p} {len(parts[p])}" for p in PARTS)
         raise SplitError(
-            f"{task}: the near-duplicate groups leave {sizes} records; the file needs more "
-            "distinct inputs (records that repeat one sentence or one text are one group)"
+            f"{task}: the near-duplicate groups leave {sizes} records ({test_groups} groups "
+            f"in test, at least {TEST_GROUPS_MIN} needed); the file needs more distinct inputs "
+            "(records that repeat one sentence or one text are one group)"
         )
     return Split(task, seed, *(tuple(parts[p]) for p in PARTS))
