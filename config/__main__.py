@@ -108,8 +108,8 @@ def _token_issues(dep: Deployment, catalog: Path) -> tuple[list[str], list[str]]
                 {"role": "user", "content": text},
                 {"role": "assistant", "content": output},
             ]
-            text = tokenizer.apply_chat_template(turns, tokenize=False)
-            return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+            rendered = tokenizer.apply_chat_template(turns, tokenize=False)
+            return len(tokenizer(rendered, add_special_tokens=False)["input_ids"])
 
         errors += [
             f"{catalog.name}: adapter {a.name!r}: field 'dataset': {a.entry.dataset}: "

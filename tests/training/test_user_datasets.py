@@ -41,18 +41,19 @@ def test_templated_records_never_straddle_two_parts() -> None:
         "I was charged twice for order {n}, {d} days ago.",
         "Can I return order {n}? It arrived {d} days late and broken.",
     ]
+
+    def word(i: int) -> str:  # distinct once digits are masked
+        return "".join(chr(97 + (i // 26**k) % 26) for k in range(3))
+
     rows = [
         Row(f"line {i}", templates[i % 3].format(n=1000 + i, d=i % 9), f"answer {i % 3}")
-        for i in range(60)
-    ] + [
-        Row(f"line {60 + i}", f"Unique question number {'abcdefghij'[i % 10]} {w}", w)
-        for i, w in enumerate(f"word{k}" for k in range(60))
-    ]
-    try:
-        split = split_rows("t", rows)
-    except ValueError:
-        return  # too few groups to split is an honest answer too
+        for i in range(9)
+    ] + [Row(f"line {9 + i}", f"a question about {word(i)}", word(i)[::-1]) for i in range(120)]
+    split = split_rows("t", rows)
+    assert len({r.category for r in split.test}) >= 10
     assert straddling_groups(split) == 0
+    template_parts = {p for p in PARTS for r in getattr(split, p) if r.raw.startswith("Where is")}
+    assert len(template_parts) == 1  # the template's three slot fills sit in one part
 
 
 def test_splits_given_in_the_file_are_honoured() -> None:
