@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import tarfile
 import tempfile
@@ -39,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.results import cores, write_section
 from benchmarks.serving import BenchmarkError, first_difference, make_adapters
 from config.tasks import TASK_PROFILES
+from contracts.manifests import AdapterManifest, BaseManifest, BaseRef, PromptFormat
 from tests.runtime.conftest import start_server, stop_server
 from training import datasets
 from training.base import build_base
@@ -52,20 +52,20 @@ ADAPTER = "notes"
 
 def make_archive(base: Path, work: Path) -> Path:
     out = make_adapters(base, work, 1)["a0"]  # random rank-16, every linear layer
-    built = json.loads((base / "base_manifest.json").read_text())
+    built = BaseManifest.read(base)
     system = TASK_PROFILES["medical_shorthand"].instruction
     write_manifest(
         out,
-        {
-            "name": ADAPTER,
-            "version": "1.0.0",
-            "base": {
-                "model_id": built["model_id"],
-                "revision": built["revision"],
-                "tokenizer_sha256": built["tokenizer_sha256"],
-            },
-            "prompt": {"format": "chat", "system": system},
-        },
+        AdapterManifest(
+            name=ADAPTER,
+            version="1.0.0",
+            base=BaseRef(
+                model_id=built.model_id,
+                revision=built.revision,
+                tokenizer_sha256=built.tokenizer_sha256,
+            ),
+            prompt=PromptFormat(format="chat", system=system),
+        ),
     )
     archive = work / f"{ADAPTER}.tar.gz"
     pack(out, archive)

@@ -37,9 +37,10 @@ from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
 from benchmarks.results import write_section
+from contracts.settings import RouterSettings
 from lambda_proxy import handler as h
+from lambda_proxy import service
 from lambda_proxy.cache import ResponseCache
-from lambda_proxy.settings import RouterSettings
 from lambda_proxy.web import app
 from tests.lambda_proxy.conftest import ALLOWED_ROLE, TABLE, Context, event, free_port
 
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     stub = Stubber(client)
     stub.activate()
     cache = ResponseCache(redis.Redis(host="127.0.0.1", port=6379), ttl_s=3600)
-    h.configure(h.Dependencies(RouterSettings(routing_table=TABLE), cache, client))
+    service.configure(service.Dependencies(RouterSettings(routing_table=TABLE), cache, client))
     ctx = Context()
 
     def direct(body: dict) -> tuple[int, dict]:

@@ -45,6 +45,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from benchmarks.results import cores, write_section
+from contracts.manifests import AdapterManifest, BaseManifest, BaseRef
 from tests.runtime.conftest import start_server, stop_server
 from training import datasets
 from training.base import build_base
@@ -297,14 +298,14 @@ def main(argv: list[str] | None = None) -> int:
 
         # Disk: archives extracted by registration are removed by unregistration.
         before = du(work / "work")
-        base_id = json.loads((base / "base_manifest.json").read_text())
+        base_id = BaseManifest.read(base)
         for n in names[:6]:
             d = work / f"pack-{n}"
             d.mkdir()
             for f in ("adapter_config.json", "adapter_model.safetensors"):
                 (d / f).write_bytes((paths[n] / f).read_bytes())
-            write_manifest(d, {"name": n, "version": "1", "base": {
-                "model_id": base_id["model_id"], "revision": base_id["revision"]}})  # fmt: skip
+            base_ref = BaseRef(model_id=base_id.model_id, revision=base_id.revision)
+            write_manifest(d, AdapterManifest(name=n, version="1", base=base_ref))
             pack(d, work / f"{n}.tar.gz")
             r = server.client.post("/adapters", json={"name": f"arch-{n}",
                                                       "src": str(work / f"{n}.tar.gz")})  # fmt: skip
@@ -323,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
 
     table = _table(rows)
     print(table)
-    params = json.loads((base / "base_manifest.json").read_text())["parameters"]
+    params = BaseManifest.read(base).parameters or 0
     import vllm
 
     header = (

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from config.loader import Deployment
 from config.schema import BaseModelEntry
 from config.tasks import TARGET_MODULES, Targets
+from contracts.settings import slot_rank as contract_slot_rank
 
 GIB = 1024**3
 
@@ -76,13 +77,9 @@ def base_bytes(base: BaseModelEntry) -> float:
     return params * BYTES_PER_PARAM[base.dtype]
 
 
-#: The ranks vLLM preallocates device slots at (``vllm.config.lora.MaxLoRARanks``): the base's
-#: ``max_lora_rank`` rounded up to one of them (runtime/settings.py does the same).
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-
-
 def slot_rank(base: BaseModelEntry) -> int:
-    return next(r for r in VLLM_LORA_RANKS if r >= base.max_lora_rank)
+    """The rank vLLM preallocates device slots at: the base's ``max_lora_rank`` rounded up."""
+    return contract_slot_rank(base.max_lora_rank)
 
 
 def adapter_bytes(base: BaseModelEntry, rank: int, modules: tuple[str, ...]) -> float:

@@ -32,6 +32,7 @@ from config.tasks import (
     TaskProfile,
     custom_profile,
 )
+from contracts.settings import RouterSettings, RuntimeSettings
 
 #: SageMaker's rule for endpoint, endpoint-config, model and inference-component names.
 SAGEMAKER_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
@@ -617,8 +618,8 @@ class ServingConfig(_Strict):
     memory_mb: int = Field(default=12288, ge=1024)
     cpu_cores: float = Field(default=2, gt=0)
     max_loras: int | None = Field(default=None, ge=1, description="None: the planner decides")
-    max_cpu_loras: int = Field(default=32, ge=1)
-    vram_headroom: float = Field(default=0.85, gt=0.0, le=1.0)
+    max_cpu_loras: int = Field(default=RuntimeSettings.default("max_cpu_loras"), ge=1)
+    vram_headroom: float = Field(default=RuntimeSettings.default("vram_headroom"), gt=0.0, le=1.0)
     kv_cache_gb: float = Field(default=4.0, ge=0.0)
     startup_timeout_s: int = Field(default=900, ge=60, le=3600)
     rollout_wait_s: int = Field(
@@ -626,7 +627,7 @@ class ServingConfig(_Strict):
         description="seconds a rolling update of the base component waits between copies, "
         "watching the 5xx alarm",
     )  # fmt: skip
-    max_batch_size: int = Field(default=16, ge=1)
+    max_batch_size: int = Field(default=RuntimeSettings.default("max_batch_size"), ge=1)
 
     @model_validator(mode="after")
     def _counts(self) -> ServingConfig:
@@ -692,20 +693,24 @@ class RouterConfig(_Strict):
     gateway_timeout_s: int = Field(default=150, ge=1, le=900)
     timeout_s: int = Field(default=150, ge=10, le=900)
     invoke_deadline_s: float = Field(
-        default=55.0, gt=0, le=60,
+        default=RouterSettings.default("invoke_deadline_s"), gt=0, le=60,
         description="a buffered generation's deadline (SageMaker's own limit is 60 s)",
     )  # fmt: skip
     stream_deadline_s: float = Field(
-        default=120.0, gt=0, description="how long a streamed generation may run"
+        default=RouterSettings.default("stream_deadline_s"),
+        gt=0,
+        description="how long a streamed generation may run",
     )
     #: Version of AWS's Lambda Web Adapter layer (arm64) the router runs behind: it streams the
     #: Python function's response. awslabs/aws-lambda-web-adapter publishes it from account
     #: 753240598075; AWS's REST streaming sample (serverless-patterns) uses version 25.
     web_adapter_layer_version: int = Field(default=25, ge=1)
     memory_mb: int = Field(default=512, ge=128, le=10240)
-    max_new_tokens_cap: int = Field(default=512, ge=1)
-    max_stop_sequences: int = Field(default=4, ge=0)
-    max_body_bytes: int = Field(default=262144, ge=1024, le=6 * 1024 * 1024)
+    max_new_tokens_cap: int = Field(default=RouterSettings.default("max_new_tokens_cap"), ge=1)
+    max_stop_sequences: int = Field(default=RouterSettings.default("max_stop_sequences"), ge=0)
+    max_body_bytes: int = Field(
+        default=RouterSettings.default("max_body_bytes"), ge=1024, le=6 * 1024 * 1024
+    )
     operators: list[str] = Field(
         default_factory=list,
         description="IAM principal ARNs that may call every adapter (smoke checks, on-call)",

@@ -3,7 +3,8 @@
 CDK's Python bundling runs pip inside a Docker image; this machine class (and many CI runners)
 has no Docker engine. pip itself can install wheels for another platform (``--platform
 --python-version --only-binary``), so the build step here fills a directory with
-``lambda_proxy`` (source files only), its pinned dependencies for the Lambda runtime's platform,
+``lambda_proxy`` and ``contracts`` (source files only; the router imports nothing else of ours),
+its pinned dependencies for the Lambda runtime's platform,
 and the routing table generated from the catalog. The asset hash is computed from the inputs
 (requirements, platform, source, routing table), so a synth is reproducible byte for byte in its
 template and the dependency install runs once per requirements change, not once per synth.
@@ -23,6 +24,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "lambda_proxy"
+#: The packages the function's code is made of: the router and the contracts it shares.
+PACKAGES = (SOURCE, ROOT / "contracts")
 REQUIREMENTS = SOURCE / "requirements.txt"
 BUILD = Path(os.environ.get("LORA_FLEET_BUILD_DIR", ROOT / "build"))
 
@@ -47,7 +50,7 @@ def _digest(*parts: bytes) -> str:
 
 
 def _sources() -> list[Path]:
-    return sorted(p for p in SOURCE.glob("*.py") if p.is_file())
+    return [p for package in PACKAGES for p in sorted(package.glob("*.py")) if p.is_file()]
 
 
 def table_bytes(routing_table: dict[str, Any]) -> bytes:
@@ -94,7 +97,7 @@ def router_bundle(routing_table: dict[str, Any]) -> tuple[Path, str]:
     parts = [REQUIREMENTS.read_bytes(), PLATFORM.encode(), PYTHON_VERSION.encode(), table,
              ENTRY_SCRIPT.read_bytes()]  # fmt: skip
     for path in _sources():
-        parts += [path.name.encode(), path.read_bytes()]
+        parts += [path.relative_to(ROOT).as_posix().encode(), path.read_bytes()]
     asset_hash = _digest(*parts)
     out = BUILD / "router" / asset_hash[:20]
     if out.is_dir():
@@ -103,11 +106,11 @@ def router_bundle(routing_table: dict[str, Any]) -> tuple[Path, str]:
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
     shutil.copytree(deps, staging, dirs_exist_ok=True)
-    package = staging / "lambda_proxy"
-    package.mkdir()
     for path in _sources():
-        shutil.copy2(path, package / path.name)
-    (package / ROUTING_TABLE_FILE).write_bytes(table)
+        target = staging / path.relative_to(ROOT)
+        target.parent.mkdir(exist_ok=True)
+        shutil.copy2(path, target)
+    (staging / SOURCE.name / ROUTING_TABLE_FILE).write_bytes(table)
     entry = staging / ENTRY_SCRIPT.name
     shutil.copyfile(ENTRY_SCRIPT, entry)
     entry.chmod(0o755)  # Lambda runs the handler script as it finds it in the zip

@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from config import CATALOG_PATH, ENVIRONMENTS_DIR, Deployment, load_deployment
-from config.compat import TOKENIZER_FILES, tokenizer_sha256
+from contracts.compat import TOKENIZER_FILES, tokenizer_sha256
+from contracts.manifests import MergedManifest
 from infra.storage import ADAPTER_PREFIX, BASE_PREFIX, MERGED_PREFIX
 from training.merge import MERGED_MANIFEST
 from training.package import sha256_file
@@ -107,7 +108,7 @@ class Tools:
         return Path(snapshot_download(repo_id=repo_id, revision=revision, local_dir=dest,
                                       allow_patterns=BASE_FILES))  # fmt: skip
 
-    def merge(self, base_dir: Path, archive: Path, out: Path) -> dict[str, Any]:
+    def merge(self, base_dir: Path, archive: Path, out: Path) -> MergedManifest:
         """The adapter merged into the base (``training.merge``); its merged manifest."""
         from training.merge import merge
 
@@ -345,10 +346,13 @@ class Release:
         for a in self.dep.adapters:
             if not a.merged:
                 continue
-            staged = self._get_json(self.merged_key(a.name, a.entry.version))
+            key = self.merged_key(a.name, a.entry.version)
+            staged = self._get_json(key)
             if staged is None:
                 out.append(f"{a.name}: merged weights not staged")
-            elif a.entry.sha256 and (staged.get("adapter") or {}).get("sha256") != a.entry.sha256:
+            elif a.entry.sha256 and MergedManifest.parse(staged, key).adapter.sha256 != (
+                a.entry.sha256
+            ):
                 out.append(f"{a.name}: the staged merged weights are of another archive")
         return out
 
@@ -586,7 +590,7 @@ class Release:
                 out = work / f"{a.name}-merged"
                 self.log(f"  {a.name}: merging {a.entry.version} into {base.model_id}")
                 manifest = self.tools.merge(Path(base_dir), archive, out)
-                if a.entry.sha256 and manifest["adapter"]["sha256"] != a.entry.sha256:
+                if a.entry.sha256 and manifest.adapter.sha256 != a.entry.sha256:
                     raise ReleaseError(
                         f"{a.name}: the published archive is not the one the catalog pins"
                     )
@@ -601,7 +605,7 @@ class Release:
                             "SSEKMSKeyId": self._kms_key(),
                         },
                     )
-                self._put_json(prefix + MERGED_MANIFEST, manifest)
+                self._put_json(prefix + MERGED_MANIFEST, manifest.as_json())
 
     def _trained_archive(self, name: str) -> Path:
         uri = self.tools.train(name, self.env, self.training_role or "")

@@ -27,6 +27,7 @@ from aws_cdk import aws_wafv2 as wafv2
 from constructs import Construct
 
 from config import Deployment
+from config.processes import router_settings
 from infra.bundle import router_bundle
 from infra.lifecycle import removal_policy, retention
 from infra.nag import acknowledge, checkov_skip
@@ -147,14 +148,7 @@ class Router(Construct):
                 "POWERTOOLS_LOG_LEVEL": "INFO",
                 "REDIS_URL": cache_url,
                 "REDIS_SECRET_ARN": cache_secret_arn,
-                "CACHE_TTL_HOURS": str(env.cache.ttl_hours),
-                "INVOKE_DEADLINE_S": str(r.invoke_deadline_s),
-                "STREAM_DEADLINE_S": str(r.stream_deadline_s),
-                "MAX_NEW_TOKENS_CAP": str(r.max_new_tokens_cap),
-                "MAX_STOP_SEQUENCES": str(r.max_stop_sequences),
-                "MAX_BODY_BYTES": str(r.max_body_bytes),
-                **{f"QUOTA_{k.upper()}": str(v)
-                   for k, v in r.quota.model_dump(exclude_none=True).items()},
+                **router_settings(dep).to_env(),
             },
         )  # fmt: skip
         self.function.node.add_dependency(self.policy, *self.invoke_policies)

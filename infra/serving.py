@@ -27,7 +27,7 @@ from aws_cdk import aws_sagemaker as sm
 from constructs import Construct
 
 from config import Deployment, ResolvedAdapter
-from config.plan import plan
+from config.processes import merged_runtime_settings, runtime_settings
 from config.schema import ROLLOUT_BATCH_PERCENT
 from infra.adapters import construct_id as id_of
 from infra.lifecycle import removal_policy, retention
@@ -85,12 +85,7 @@ def merged_adapters(dep: Deployment) -> list[ResolvedAdapter]:
 def merged_environment(dep: Deployment) -> dict[str, str]:
     """A merged model's server: the base's options without LoRA (no slots preallocated, no
     adapter registered; ``runtime.merged``)."""
-    env = {
-        k: v
-        for k, v in container_environment(dep).items()
-        if k not in ("OPTION_MAX_LORAS", "OPTION_MAX_CPU_LORAS", "OPTION_MAX_LORA_RANK")
-    }
-    return env | {"OPTION_ENABLE_LORA": "false"}
+    return merged_runtime_settings(dep).to_env()
 
 
 #: Instance families with local NVMe instance storage (EC2's instance-store table; SageMaker's
@@ -115,26 +110,8 @@ def rollback_alarm_name(dep: Deployment) -> str:
 
 
 def container_environment(dep: Deployment) -> dict[str, str]:
-    """Serving options (LMI-style names; runtime/settings.py maps each to vLLM's argument)."""
-    s, base, p = dep.env.serving, dep.base, plan(dep)
-    env = {
-        "OPTION_MAX_LORAS": str(p.max_loras),
-        "OPTION_MAX_CPU_LORAS": str(s.max_cpu_loras),
-        "OPTION_MAX_LORA_RANK": str(base.max_lora_rank),
-        "OPTION_ENABLE_LORA": "true",
-    }
-    env |= {
-        "OPTION_VRAM_HEADROOM": str(s.vram_headroom),
-        "OPTION_MAX_BATCH_SIZE": str(s.max_batch_size),
-        "OPTION_DTYPE": base.dtype,
-        "OPTION_QUANTIZATION": base.quantization,
-        "OPTION_REQUEST_TIMEOUT_S": f"{dep.env.router.generation_timeout_s:g}",
-        "BASE_MODEL_ID": base.model_id,
-        "BASE_REVISION": base.revision,
-    }
-    if base.tokenizer_sha256:
-        env["BASE_TOKENIZER_SHA256"] = base.tokenizer_sha256
-    return env
+    """Serving options (LMI-style names; runtime/vllm_args.py maps each to vLLM's argument)."""
+    return runtime_settings(dep).to_env()
 
 
 class Image:

@@ -2,7 +2,7 @@
 
 ``POST /v1/chat/completions`` and ``POST /v1/completions`` take the adapter as ``model``;
 ``GET /v1/models`` lists the adapters this caller may use. Authorization, quotas and caching are
-the native route's (``handler.serve``): these routes only translate the request and the answer,
+the service's (``service.serve``): these routes only translate the request and the answer,
 and render errors as OpenAI's error object (``{"error": {"message", "type", "param",
 "code"}}``). Parameters OpenAI defines that this platform cannot honour (``n`` above 1,
 ``logprobs``, tools) are refused with a 400 naming them, never silently ignored. Streams
@@ -12,16 +12,22 @@ through the function's web app, with the checks below.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, Literal
 
 from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from lambda_proxy.schema import Text
+from contracts.requests import Text
+from lambda_proxy import service
+from lambda_proxy.auth import Caller
+from lambda_proxy.schema import GenerateRequest
+from lambda_proxy.service import Call, RouterError
 
 router = Router()
 
@@ -70,7 +76,7 @@ class _OpenAIRequest(BaseModel):
     stream: bool = Field(default=False, strict=True)
     stream_options: dict[str, bool] | None = None
     n: int = Field(default=1, ge=1, le=1)
-    #: OpenAI's end-user id; the router's canary session key (``handler.session_key``).
+    #: OpenAI's end-user id; the router's canary session key (``service.session_key``).
     user: Text | None = Field(default=None, max_length=256)
     frequency_penalty: float | None = Field(default=None, ge=0.0, le=0.0)
     presence_penalty: float | None = Field(default=None, ge=0.0, le=0.0)
@@ -85,55 +91,69 @@ class CompletionRequest(_OpenAIRequest):
     prompt: str = Field(min_length=1)
 
 
-class Refused(Exception):  # noqa: N818 - carries a ready error response
-    def __init__(self, response: Response) -> None:
-        self.response = response
-
-
 def error_type(status: int) -> str:
     return _TYPES.get(status, "api_error")
 
 
-def error(status: int, message: str, *, param: str | None = None, code: str | None = None,
-          headers: dict[str, str] | None = None) -> Response:  # fmt: skip
-    body = {"error": {"message": message, "type": error_type(status),
-                      "param": param, "code": code}}  # fmt: skip
-    response = Response(status_code=status, content_type=content_types.APPLICATION_JSON,
-                        body=json.dumps(body))  # fmt: skip
-    response.headers.update(headers or {})
-    return response
+def error_body(exc: RouterError) -> dict[str, Any]:
+    """A refusal as OpenAI's error object (a stream's refusal uses it too). A 400 with field
+    details names them in the message, as OpenAI's own validation errors do."""
+    message = exc.message
+    if exc.details and exc.status == 400:
+        message = f"{exc.message}: " + "; ".join(
+            f"{d['field']}: {d['message']}" for d in exc.details
+        )
+    return {
+        "error": {
+            "message": message,
+            "type": error_type(exc.status),
+            "param": exc.param,
+            "code": exc.code,
+        }
+    }
 
 
-def failure(f: Any) -> Response:
-    param = None
-    if f.details:
-        param = f.details[0].get("field")
-    message = f.message
-    if f.details and f.status == 400:
-        message = f"{f.message}: " + "; ".join(f"{d['field']}: {d['message']}" for d in f.details)
-    return error(f.status, message, param=param, code=f.code, headers=f.headers)
+def door(route: Callable[[], Response]) -> Callable[[], Response]:
+    """Every OpenAI route's refusal, rendered here as OpenAI's error object."""
+
+    @functools.wraps(route)
+    def answered() -> Response:
+        try:
+            return route()
+        except RouterError as exc:
+            return Response(
+                status_code=exc.status,
+                content_type=content_types.APPLICATION_JSON,
+                body=json.dumps(error_body(exc)),
+                headers=dict(exc.headers),
+            )
+
+    return answered
 
 
-def parse(kind: type[_OpenAIRequest]) -> _OpenAIRequest:
-    from lambda_proxy import handler
+def _call() -> Call:
+    return Call.of(router.current_event.raw_event, router.lambda_context)
 
-    data = handler._body()
-    if isinstance(data, handler.Failure):
-        raise Refused(failure(data))
+
+def parse(call: Call, kind: type[_OpenAIRequest]) -> _OpenAIRequest:
+    """The OpenAI request in the body, with the fields this platform cannot honour refused."""
+    data = service.read_json(call)
     try:
         req = kind.model_validate(data)
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
         param = ".".join(map(str, first["loc"])) or None
-        raise Refused(error(400, f"{param}: {first['msg']}", param=param)) from None
+        raise RouterError(400, f"{param}: {first['msg']}", param=param) from None
     unknown = sorted(set(req.stream_options or {}) - {"include_usage"})
     if unknown:
-        raise Refused(error(400, f"stream_options: unknown options {unknown}",
-                            param="stream_options"))  # fmt: skip
+        raise RouterError(400, f"stream_options: unknown options {unknown}", param="stream_options")
     both = req.max_tokens is not None and req.max_completion_tokens is not None
     if both and req.max_tokens != req.max_completion_tokens:
-        raise Refused(error(400, "max_tokens and max_completion_tokens disagree; send one of them",
-                            param="max_completion_tokens"))  # fmt: skip
+        raise RouterError(
+            400,
+            "max_tokens and max_completion_tokens disagree; send one of them",
+            param="max_completion_tokens",
+        )
     return req
 
 
@@ -144,13 +164,19 @@ def prompt_of(req: _OpenAIRequest) -> dict[str, Any]:
     messages = []
     for i, m in enumerate(req.messages):  # type: ignore[attr-defined]
         if extra := sorted(set(m) - {"role", "content"}):
-            raise Refused(error(400, f"messages.{i}: fields this platform does not honour: "
-                                     f"{', '.join(map(str, extra))[:200]}",
-                                param=f"messages.{i}"))  # fmt: skip
+            raise RouterError(
+                400,
+                f"messages.{i}: fields this platform does not honour: "
+                f"{', '.join(map(str, extra))[:200]}",
+                param=f"messages.{i}",
+            )
         role, content = m.get("role"), m.get("content")
         if role not in ("system", "user", "assistant") or not isinstance(content, str):
-            raise Refused(error(400, f"messages.{i}: role must be system, user or assistant "
-                                     "and content a string", param=f"messages.{i}"))  # fmt: skip
+            raise RouterError(
+                400,
+                f"messages.{i}: role must be system, user or assistant and content a string",
+                param=f"messages.{i}",
+            )
         messages.append({"role": role, "content": content})
     return {"messages": messages}
 
@@ -171,43 +197,40 @@ def _native(req: _OpenAIRequest, prompt: dict[str, Any]) -> dict[str, Any]:
         try:
             schema = req.response_format.schema_for_decoding()
         except ValueError as exc:
-            raise Refused(error(400, str(exc), param="response_format")) from None
+            raise RouterError(400, str(exc), param="response_format") from None
         if schema is not None:
             params["json_schema"] = schema
     return {**prompt, "parameters": params}
 
 
-def authorize(req: _OpenAIRequest, prompt: dict[str, Any]) -> tuple[tuple, Any]:
+def authorize(
+    call: Call, req: _OpenAIRequest, prompt: dict[str, Any]
+) -> tuple[Caller, dict[str, Any], GenerateRequest]:
     """The caller and route for ``model``, and the native request: the native checks."""
-    from lambda_proxy import handler
+    try:
+        caller, route = service.authorize(call, req.model)
+    except RouterError as exc:
+        if exc.status != 404:
+            raise
+        # The native 404, in OpenAI's words for an unknown model.
+        raise RouterError(
+            404,
+            f"The model {req.model[:64]!r} does not exist or you do not have access to it.",
+            param="model",
+            code="model_not_found",
+        ) from None
+    return caller, route, service.validate(_native(req, prompt))
 
-    auth = handler._authorize(req.model)
-    if isinstance(auth, handler.Failure):
-        # The native 404 text, in OpenAI's words for an unknown model.
-        if auth.status == 404:
-            raise Refused(error(404, f"The model {req.model[:64]!r} does not exist or you do "
-                                      "not have access to it.", param="model",
-                                 code="model_not_found"))  # fmt: skip
-        raise Refused(failure(auth))
-    native = handler._validate(_native(req, prompt))
-    if isinstance(native, handler.Failure):
-        raise Refused(failure(native))
-    return auth, native
 
-
-def _run(req: _OpenAIRequest, prompt: dict[str, Any]) -> dict[str, Any]:
-    from lambda_proxy import handler
-
+def _run(call: Call, req: _OpenAIRequest, prompt: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     if req.stream:
         # The function's web app (lambda_proxy.web) streams before this handler sees a request.
-        raise Refused(error(400, "stream: true needs the streaming router (lambda_proxy.web)",
-                            param="stream"))  # fmt: skip
-    auth, native = authorize(req, prompt)
-    out = handler.serve(req.model, *auth, native, t0, session=req.user)
-    if isinstance(out, handler.Failure):
-        raise Refused(failure(out))
-    return out
+        raise RouterError(
+            400, "stream: true needs the streaming router (lambda_proxy.web)", param="stream"
+        )
+    caller, route, native = authorize(call, req, prompt)
+    return service.serve(call, req.model, caller, route, native, t0, session=req.user)
 
 
 def finish(reason: str | None) -> str:
@@ -241,37 +264,41 @@ def _ok(body: dict[str, Any]) -> Response:
 
 
 @router.post("/v1/chat/completions")
+@door
 def chat_completions() -> Response:
-    try:
-        req = parse(ChatRequest)
-        out = _run(req, prompt_of(req))
-    except Refused as refused:
-        return refused.response
-    choice = {"index": 0, "message": {"role": "assistant", "content": out["output"]},
-              "finish_reason": finish(out.get("finish_reason")), "logprobs": None}  # fmt: skip
+    call = _call()
+    req = parse(call, ChatRequest)
+    out = _run(call, req, prompt_of(req))
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": out["output"]},
+        "finish_reason": finish(out.get("finish_reason")),
+        "logprobs": None,
+    }
     return _completion("chatcmpl", "chat.completion", req.model, out, choice)
 
 
 @router.post("/v1/completions")
+@door
 def completions() -> Response:
-    try:
-        req = parse(CompletionRequest)
-        out = _run(req, prompt_of(req))
-    except Refused as refused:
-        return refused.response
-    choice = {"index": 0, "text": out["output"], "logprobs": None,
-              "finish_reason": finish(out.get("finish_reason"))}  # fmt: skip
+    call = _call()
+    req = parse(call, CompletionRequest)
+    out = _run(call, req, prompt_of(req))
+    choice = {
+        "index": 0,
+        "text": out["output"],
+        "logprobs": None,
+        "finish_reason": finish(out.get("finish_reason")),
+    }
     return _completion("cmpl", "text_completion", req.model, out, choice)
 
 
 @router.get("/v1/models")
+@door
 def models() -> Response:
-    from lambda_proxy import handler
-
-    caller = handler._caller()
-    if caller is None:
-        return error(403, "no authenticated caller in the request context")
-    return _ok({"object": "list", "data": [
+    adapters = service.visible_adapters(_call())
+    data = [
         {"id": a["name"], "object": "model", "created": 0, "owned_by": "lora-fleet"}
-        for a in handler.visible_adapters(caller)
-    ]})  # fmt: skip
+        for a in adapters
+    ]
+    return _ok({"object": "list", "data": data})

@@ -1,12 +1,12 @@
-"""The client request schema; bounds come from the environment's router configuration."""
+"""The client request schema: the shared bounds (``contracts.requests``) and the
+environment's caps (the router's settings)."""
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -15,19 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-
-def encodable(v: str) -> str:
-    """JSON may carry a lone surrogate (``"\\ud800"``), which no UTF-8 encoder takes: refused
-    here, before the quota is charged, instead of failing the cache key or the payload later."""
-    try:
-        v.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("is not valid Unicode text (a lone surrogate)") from None
-    return v
-
-
-#: Text the router forwards: anything that encodes as UTF-8.
-Text = Annotated[str, AfterValidator(encodable)]
+from contracts.requests import RepetitionPenalty, Temperature, Text, schema_problem
 
 
 class Message(BaseModel):
@@ -36,43 +24,13 @@ class Message(BaseModel):
     content: Text = Field(min_length=1)
 
 
-#: The runtime's sampling bounds (runtime/request.py; the router ships alone, so they are
-#: repeated here): temperature 0 or at least MIN_TEMPERATURE, a penalty within the range.
-MIN_TEMPERATURE = 1e-2
-REPETITION_PENALTY = (0.1, 10.0)
-
-
-#: The runtime's bounds on a JSON schema (runtime/schemas.py, OPTION_MAX_SCHEMA_BYTES).
-MAX_SCHEMA_BYTES = 64 * 1024
-MAX_SCHEMA_DEPTH = 32
-
-
-def _depth(node: Any, level: int = 0) -> int:
-    if level > MAX_SCHEMA_DEPTH:
-        return level
-    if isinstance(node, dict):
-        return max((_depth(v, level + 1) for v in node.values()), default=level)
-    if isinstance(node, list):
-        return max((_depth(v, level + 1) for v in node), default=level)
-    return level
-
-
 class Parameters(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max_new_tokens: int = Field(default=128, ge=1, strict=True)
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    temperature: Temperature = 0.0
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=0, le=1000)
-    repetition_penalty: float = Field(
-        default=1.0, ge=REPETITION_PENALTY[0], le=REPETITION_PENALTY[1]
-    )
-
-    @field_validator("temperature")
-    @classmethod
-    def _temperature(cls, v: float) -> float:
-        if 0 < v < MIN_TEMPERATURE:
-            raise ValueError(f"must be 0 (greedy) or at least {MIN_TEMPERATURE:g}")
-        return v
+    repetition_penalty: RepetitionPenalty = 1.0
 
     stop: list[Text] = Field(default_factory=list)
     seed: int | None = Field(default=None, ge=0, lt=2**31)
@@ -87,14 +45,12 @@ class Parameters(BaseModel):
         if v is None:
             return v
         try:  # NaN and Infinity are not JSON: nothing downstream must guess what they mean
-            encodable(json.dumps(v, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
-        except ValueError as exc:
+            text = json.dumps(v, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+            text.encode("utf-8")
+        except ValueError as exc:  # UnicodeEncodeError is one: a lone surrogate
             raise ValueError(f"is not a JSON document: {exc}") from None
-        size = len(json.dumps(v, separators=(",", ":")).encode())
-        if size > MAX_SCHEMA_BYTES:
-            raise ValueError(f"is {size} bytes, over the limit of {MAX_SCHEMA_BYTES}")
-        if _depth(v) > MAX_SCHEMA_DEPTH:
-            raise ValueError(f"nests deeper than {MAX_SCHEMA_DEPTH} levels")
+        if (problem := schema_problem(v)) is not None:
+            raise ValueError(problem)
         return v
 
     @field_validator("max_new_tokens")

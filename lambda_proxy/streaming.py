@@ -1,7 +1,7 @@
 """Streamed answers: server-sent events from SageMaker's ``InvokeEndpointWithResponseStream``,
 for the native route and the OpenAI-compatible ones.
 
-A stream is planned the way a buffered answer is (``handler``: identity first, the request's
+A stream is planned the way a buffered answer is (``service``: identity first, the request's
 schema, the quota, the cache) and then SageMaker's stream is opened (``Stream.open``) before
 any byte is answered, so every refusal, and a stream SageMaker will not open (a component not
 ready, throttling), is an ordinary JSON error with its status code and ``Retry-After``. Once
@@ -32,10 +32,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.metrics import MetricUnit
 
-from lambda_proxy import handler, openai_api
+from lambda_proxy import handler, openai_api, service
 from lambda_proxy.sagemaker import InvokeError, open_stream, stream_lines
+from lambda_proxy.service import Call, RouterError
+from lambda_proxy.telemetry import count_now, logger
 
 KEEPALIVE_S = 15.0
 _END = object()
@@ -47,48 +49,52 @@ class StreamPlan:
 
     kind: str  # native | chat | completion
     model: str
-    prep: handler.Prepared
+    prep: service.Prepared
     status: str  # cache status: hit | miss | bypass
     hit: dict[str, Any] | None
     t0: float
     include_usage: bool = False
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    #: API Gateway's request id, taken while planning (the handler's current event is shared).
+    #: API Gateway's request id.
     request_id: str | None = None
 
 
-def plan_native(adapter: str, t0: float) -> StreamPlan | handler.Failure:
-    """The native route's checks, in its order; the handler's current event is bound."""
-    checked = handler.check_native(adapter)
-    if isinstance(checked, handler.Failure):
-        return checked
-    return _admit("native", adapter, *checked, t0)
+def refusal(kind: str, exc: RouterError, request_id: str | None) -> tuple[int, dict, bytes]:
+    """A stream that will not be served, as the JSON error its API answers with: every stream
+    refusal (its checks, or a SageMaker stream that would not open) is rendered here."""
+    body = handler.error_body(exc, request_id) if kind == "native" else openai_api.error_body(exc)
+    headers = {"Content-Type": "application/json", **exc.headers}
+    return exc.status, headers, json.dumps(body).encode()
 
 
-def plan_openai(kind: str, t0: float) -> StreamPlan | Any:
-    """The OpenAI routes' checks; a refusal is the OpenAI error response."""
-    try:
-        req = openai_api.parse(openai_api.ChatRequest if kind == "chat" else
-                               openai_api.CompletionRequest)  # fmt: skip
-        prompt = openai_api.prompt_of(req)
-        auth, native = openai_api.authorize(req, prompt)
-    except openai_api.Refused as refused:
-        return refused.response
-    plan = _admit(kind, req.model, auth, native, t0, session=req.user)
-    if isinstance(plan, handler.Failure):
-        return openai_api.failure(plan)
-    plan.include_usage = bool((req.stream_options or {}).get("include_usage"))
-    return plan
+def plan(kind: str, call: Call, adapter: str | None, t0: float) -> StreamPlan:
+    """The stream's checks, in its API's order; raises ``RouterError`` when it is refused.
+    ``adapter``: the native route's (its path names it); an OpenAI request's body does."""
+    if kind == "native" and adapter is not None:
+        caller, route, req = service.check_native(call, adapter)
+        return _admit(kind, call, adapter, caller, route, req, t0)
+    req = openai_api.parse(
+        call, openai_api.ChatRequest if kind == "chat" else openai_api.CompletionRequest
+    )
+    caller, route, native = openai_api.authorize(call, req, openai_api.prompt_of(req))
+    admitted = _admit(kind, call, req.model, caller, route, native, t0, session=req.user)
+    admitted.include_usage = bool((req.stream_options or {}).get("include_usage"))
+    return admitted
 
 
 def _admit(
-    kind: str, adapter: str, auth: tuple, req: Any, t0: float, session: str | None = None
-) -> StreamPlan | Any:
-    prep = handler.prepare(adapter, *auth, req, session)
-    if isinstance(prep, handler.Failure):
-        return prep
-    hit, status = handler.lookup(prep)
-    return StreamPlan(kind, adapter, prep, status, hit, t0, request_id=handler._request_id())
+    kind: str,
+    call: Call,
+    adapter: str,
+    caller: Any,
+    route: dict[str, Any],
+    req: Any,
+    t0: float,
+    session: str | None = None,
+) -> StreamPlan:
+    prep = service.prepare(call, adapter, caller, route, req, session)
+    hit, status = service.lookup(prep)
+    return StreamPlan(kind, adapter, prep, status, hit, t0, request_id=call.request_id)
 
 
 class Stream:
@@ -107,7 +113,7 @@ class Stream:
         raises ``InvokeError`` when it cannot be."""
         if self.plan.hit is not None:
             return
-        d = handler.deps()
+        d = service.deps()
         s = d.settings
         prep = self.plan.prep
         try:
@@ -115,7 +121,7 @@ class Stream:
                                      prep.component, prep.payload,
                                      deadline_s=s.stream_deadline_s)  # fmt: skip
         except InvokeError as exc:
-            if prep.fallback is None or exc.code not in handler.CANARY_ABSENT:
+            if prep.fallback is None or exc.code not in service.CANARY_ABSENT:
                 raise
             # The canary's component is not there (a release halfway): stable answers.
             self.plan.prep = prep.fallback
@@ -126,21 +132,10 @@ class Stream:
     def refusal(self, exc: InvokeError) -> tuple[int, dict[str, str], bytes]:
         """A stream that could not be opened, as the JSON error its API answers with."""
         p = self.plan
-        # Outside the handler's lock: counted and logged here, not in its metric buffer.
-        _count(f"Error{exc.status}")
-        handler.count_canary(p.prep, exc, count=_count)
-        handler.logger.warning("stream not opened", extra={
-            "adapter": p.model, "code": exc.code, "status": exc.status, "detail": exc.detail,
-            "request_id": p.request_id})  # fmt: skip
-        failure = handler.client_failure(exc)
-        headers = {"Content-Type": "application/json", **(failure.headers or {})}
-        if p.kind == "native":
-            body = {"error": failure.message, "status": failure.status, "code": failure.code,
-                    "request_id": p.request_id}  # fmt: skip
-        else:
-            body = {"error": {"message": failure.message, "type": openai_api.error_type(
-                failure.status), "param": None, "code": failure.code}}  # fmt: skip
-        return failure.status, headers, json.dumps(body).encode()
+        # Outside the handler's lock: counted at once, not in its metric buffer.
+        service.count_canary(p.prep, exc, count=count_now)
+        failure = service.invoke_failure(p.model, exc, p.request_id, count=count_now)
+        return refusal(p.kind, failure, p.request_id)
 
     # -- the reader ------------------------------------------------------------------------
     def _read(self) -> None:
@@ -156,7 +151,7 @@ class Stream:
             self._queue.put(exc)
         except Exception as exc:  # a closed stream after cancel, or a bug: end the stream
             if not self._cancelled.is_set():
-                handler.logger.exception("stream reader failed")
+                logger.exception("stream reader failed")
                 self._queue.put(
                     InvokeError(502, "the model stream failed", "StreamError", str(exc))
                 )
@@ -176,7 +171,7 @@ class Stream:
                     raw.shutdown()
                 body.close()
             except Exception as exc:  # closing a broken connection: nothing left to free
-                handler.logger.debug("closing the model stream: %s", exc)
+                logger.debug("closing the model stream: %s", exc)
         self._queue.put(_END)
 
     # -- the writer ------------------------------------------------------------------------
@@ -188,7 +183,7 @@ class Stream:
             return
         yield from fmt.opening()
         threading.Thread(target=self._read, name="sagemaker-stream", daemon=True).start()
-        deadline = time.monotonic() + handler.deps().settings.stream_deadline_s
+        deadline = time.monotonic() + service.deps().settings.stream_deadline_s
         t_model = time.perf_counter()
         while not self._cancelled.is_set():
             left = deadline - time.monotonic()
@@ -217,14 +212,14 @@ class Stream:
             if "error" in item or item.get("done") or item.get("generated_text") is not None:
                 # The last line: an answer only when it is a complete one.
                 try:
-                    item = handler.complete_answer(item)
+                    item = service.complete_answer(item)
                 except InvokeError as exc:
                     yield from fmt.error(exc)
                     return
                 model_ms = (time.perf_counter() - t_model) * 1000
-                _count("ModelLatency", model_ms, MetricUnit.Milliseconds)
-                handler.count_canary(plan.prep, None, count=_count)
-                handler.remember(plan.prep, plan.status, item, count=_count)
+                count_now("ModelLatency", model_ms, MetricUnit.Milliseconds)
+                service.count_canary(plan.prep, None, count=count_now)
+                service.remember(plan.prep, plan.status, item, count=count_now)
                 yield from fmt.done(item, model_ms)
                 return
 
@@ -236,12 +231,6 @@ def _token_text(line: dict[str, Any]) -> str:
     if isinstance(token, dict):
         token = token.get("text")
     return token if isinstance(token, str) else ""
-
-
-def _count(name: str, value: float = 1, unit: MetricUnit = MetricUnit.Count) -> None:
-    # single_metric flushes at once: streams share no metric buffer with other requests.
-    with single_metric(name=name, unit=unit, value=value, namespace=handler.NAMESPACE) as m:
-        m.add_dimension(name="service", value=handler.SERVICE)
 
 
 def sse(data: Any, event: str | None = None) -> bytes:
@@ -282,8 +271,9 @@ class _Format:
 
     def done(self, result: dict[str, Any], model_ms: float) -> Iterator[bytes]:
         p = self.plan
-        native = handler.answer(p.model, p.prep.version, result, p.status, p.t0, model_ms,
-                                request_id=p.request_id)  # fmt: skip
+        native = service.answer(
+            p.model, p.prep.version, result, p.status, p.t0, model_ms, p.request_id
+        )
         if p.kind == "native":
             yield sse(native, event="done")
             return
@@ -305,13 +295,13 @@ class _Format:
 
     def error(self, exc: InvokeError) -> Iterator[bytes]:
         # After the 200 status: API Gateway logs a success, so the failure is counted here.
-        _count(f"StreamError{exc.status}")
-        handler.count_canary(self.plan.prep, exc, count=_count)
+        count_now(f"StreamError{exc.status}")
+        service.count_canary(self.plan.prep, exc, count=count_now)
         if exc.status >= 500:  # API Gateway's 5XXError never sees it: alarmed on this one
-            _count("StreamServerError")
+            count_now("StreamServerError")
         where = {"adapter": self.plan.model, "code": exc.code, "status": exc.status,
                  "detail": exc.detail, "request_id": self.plan.request_id}  # fmt: skip
-        handler.logger.warning("stream failed", extra=where)
+        logger.warning("stream failed", extra=where)
         if self.plan.kind == "native":
             yield sse({"error": exc.message, "status": exc.status, "code": exc.code},
                       event="error")  # fmt: skip

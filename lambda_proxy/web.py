@@ -32,8 +32,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
-from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from starlette.applications import Starlette
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 from starlette.requests import Request
@@ -42,16 +40,19 @@ from starlette.routing import Route
 
 # Imported, and their clients built (``warm``), when the function starts, so that a
 # provisioned environment has paid for them before its first request.
-from lambda_proxy import handler, streaming
+from lambda_proxy import handler, service, streaming
 from lambda_proxy.sagemaker import InvokeError
+from lambda_proxy.service import Call, RouterError
+from lambda_proxy.telemetry import logger, metrics
 
 REQUEST_CONTEXT = "x-amzn-request-context"
 LAMBDA_CONTEXT = "x-amzn-lambda-context"
 #: The routes that generate, and the kind of stream each answers with.
 STREAMING = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
 GENERATE_PREFIX, GENERATE_SUFFIX = "/v1/adapters/", "/generate"
-#: Powertools keeps the current event and its metrics per process: one request at a time uses
-#: the handler (as one Lambda execution environment does anyway).
+#: Powertools' resolver keeps the current event, and its metrics their buffer, per process: one
+#: request at a time uses the handler (as one Lambda execution environment does anyway), and a
+#: stream's checks, which count into the same buffer.
 HANDLER_LOCK = threading.Lock()
 
 
@@ -183,8 +184,8 @@ def _buffered(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 async def _stream(kind: str, event: dict[str, Any], context: LambdaContext) -> Response:
     plan = await run_in_threadpool(_plan, kind, event, context)
     if not isinstance(plan, streaming.StreamPlan):
-        return Response(plan.body or "", status_code=plan.status_code,
-                        headers={"Content-Type": "application/json", **plan.headers})  # fmt: skip
+        status, headers, content = plan
+        return Response(content, status_code=status, headers=headers)
     stream = streaming.Stream(plan)
     try:
         await run_in_threadpool(stream.open)
@@ -200,38 +201,37 @@ async def _stream(kind: str, event: dict[str, Any], context: LambdaContext) -> R
             stream.cancel()  # the client went away, or the stream ended: stop reading
 
     return StreamingResponse(
-        body(), media_type="text/event-stream",
+        body(),
+        media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )  # fmt: skip
+    )
 
 
 def _plan(kind: str, event: dict[str, Any], context: LambdaContext) -> Any:
-    """The stream's checks, as the handler makes them; a refusal is a ready response. The
-    metrics the checks counted are flushed here, under the lock: the buffered handler's
-    decorator flushes them per request, and a stream must not leave them to the next one."""
+    """The stream's checks, or its refusal as ``(status, headers, body)``. The service reads
+    the request from its ``Call``, not from the resolver; the lock is for the metrics the
+    checks count, which go to the buffered handler's buffer and are flushed here, so that a
+    stream leaves none to the next request."""
     t0 = time.perf_counter()
     with HANDLER_LOCK:
-        # Where the resolver keeps them (``ApiGatewayResolver.resolve`` sets the class
-        # attributes, so that included routers see the same event).
-        BaseRouter.current_event = APIGatewayProxyEvent(event)
-        BaseRouter.lambda_context = context
+        call = Call.of(event, context)
         try:
-            if kind == "native":
-                adapter = event["path"][len(GENERATE_PREFIX) : -len(GENERATE_SUFFIX)]
-                plan = streaming.plan_native(adapter, t0)
-                return plan.native() if isinstance(plan, handler.Failure) else plan
-            return streaming.plan_openai(kind, t0)
+            path = event["path"]
+            adapter = path[len(GENERATE_PREFIX) : -len(GENERATE_SUFFIX)]
+            return streaming.plan(kind, call, adapter if kind == "native" else None, t0)
+        except RouterError as exc:
+            return streaming.refusal(kind, exc, call.request_id)
         finally:
-            handler.metrics.flush_metrics(raise_on_empty_metrics=False)
+            metrics.flush_metrics(raise_on_empty_metrics=False)
 
 
 def warm() -> None:
     """Build the router's clients (and read the cache's secret) before the first request; a
     failure here is left for that request to report."""
     try:
-        handler.deps()
+        service.deps()
     except Exception as exc:  # a missing table or secret answers 500 on the first request
-        handler.logger.warning("router dependencies not ready at start", extra={"reason": str(exc)})
+        logger.warning("router dependencies not ready at start", extra={"reason": str(exc)})
 
 
 @contextlib.asynccontextmanager

@@ -176,8 +176,8 @@ class LocalGateway:
     def reload(self) -> dict[str, Any]:
         """Read the routing table again (after the catalog changed) and rebuild the router."""
         from lambda_proxy.cache import ResponseCache
-        from lambda_proxy.handler import Dependencies, configure
         from lambda_proxy.sagemaker import make_client
+        from lambda_proxy.service import Dependencies, configure
         from lambda_proxy.settings import settings
 
         # The function's own configuration path: the same variables infra sets on the Lambda
@@ -219,10 +219,10 @@ class LocalGateway:
 
     def invoke_base(self, tenant: str, data: Any) -> dict[str, Any]:
         """The base model's answer to the same request, through the same SageMaker client,
-        after the router's checks for ``tenant`` (``BaseRefusedError`` when they refuse)."""
+        after the router's checks for ``tenant`` (``RouterError`` when they refuse)."""
         from lambda_proxy.auth import caller_from_event
-        from lambda_proxy.handler import Failure, prepare_base
         from lambda_proxy.sagemaker import invoke
+        from lambda_proxy.service import prepare_base
         from lambda_proxy.web import HANDLER_LOCK
 
         context = request_context("POST", "/local/base/generate", "/local/base/generate", tenant)
@@ -230,21 +230,12 @@ class LocalGateway:
         assert caller is not None  # a context this gateway built names its caller
         with HANDLER_LOCK:  # the handler's metrics buffer is per process
             payload = prepare_base(caller, data)
-        if isinstance(payload, Failure):
-            raise BaseRefusedError(payload)
         t0 = time.perf_counter()
         result = invoke(self.client, self.table["endpoint"], self.table["base_component"], payload)
         return {"output": result.get("generated_text"), "usage": result.get("usage"),
                 "finish_reason": result.get("finish_reason"),
                 "timings_ms": {"total": round((time.perf_counter() - t0) * 1000, 3),
                                "engine": result.get("timings_ms")}}  # fmt: skip
-
-
-class BaseRefusedError(Exception):
-    """The router's checks refused a base-model request (its ``Failure``)."""
-
-    def __init__(self, failure: Any) -> None:
-        self.failure = failure
 
 
 def _catalog_view(gateway: LocalGateway) -> dict[str, Any]:
@@ -353,6 +344,7 @@ def create_app(gateway: LocalGateway) -> ApiGateway:
         caller's identity (``X-Local-Tenant``), the request schema with the environment's
         caps, and the tenant's quota."""
         from lambda_proxy.sagemaker import InvokeError
+        from lambda_proxy.service import RouterError
 
         tenant = request.headers.get(TENANT_HEADER, gateway.tenant)
         if not _TENANT_RE.match(tenant):
@@ -366,10 +358,9 @@ def create_app(gateway: LocalGateway) -> ApiGateway:
         except InvokeError as exc:
             return JSONResponse({"error": exc.message, "code": exc.code},
                                 status_code=exc.status)  # fmt: skip
-        except BaseRefusedError as refused:
-            f = refused.failure
+        except RouterError as f:
             body = {"error": f.message, "status": f.status, "code": f.code, "details": f.details}
-            return JSONResponse(body, status_code=f.status, headers=f.headers or {})
+            return JSONResponse(body, status_code=f.status, headers=f.headers)
 
     @app.get("/local/status")
     async def status() -> Response:

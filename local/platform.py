@@ -33,6 +33,9 @@ from typing import Any
 import httpx
 
 from config import CATALOG_PATH, ENVIRONMENTS_DIR, Deployment, load_deployment
+from config.processes import merged_runtime_settings, router_settings, runtime_settings
+from contracts.manifests import AdapterManifest, BaseManifest, ManifestError
+from contracts.settings import RuntimeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -73,7 +76,7 @@ def base_dir(dep: Deployment, opts: Options) -> Path:
     return opts.artifacts / "base" / dep.base_key
 
 
-def build_base(dep: Deployment, opts: Options) -> dict[str, Any]:
+def build_base(dep: Deployment, opts: Options) -> BaseManifest:
     """Build or reuse the environment's local base; its ``base_manifest.json``."""
     from training.base import build_local
 
@@ -89,46 +92,50 @@ def build_base(dep: Deployment, opts: Options) -> dict[str, Any]:
         build_local(dep.base.model_id, directory, log=lambda m: opts.log(f"      {m}"))
     except KeyError as exc:
         raise PlatformError(str(exc.args[0])) from None
-    manifest = json.loads((directory / "base_manifest.json").read_text())
-    if (manifest["model_id"], manifest["revision"]) != (dep.base.model_id, dep.base.revision):
+    manifest = BaseManifest.read(directory)
+    if (manifest.model_id, manifest.revision) != (dep.base.model_id, dep.base.revision):
         raise PlatformError(
-            f"{directory} holds {manifest['model_id']}@{manifest['revision']}, but the "
+            f"{directory} holds {manifest.model_id}@{manifest.revision}, but the "
             f"catalog's {dep.base_key} is {dep.base.model_id}@{dep.base.revision}"
         )
     opts.log(f"      ready in {time.perf_counter() - t0:.1f} s")
     return manifest
 
 
-def cached_adapter(dep: Deployment, name: str, out: Path, base_manifest: dict,
-                   max_steps: int | None) -> str | None:  # fmt: skip
+def cached_adapter(
+    dep: Deployment, name: str, out: Path, base_manifest: BaseManifest, max_steps: int | None
+) -> str | None:
     """Why the archive in ``out`` cannot be reused, or None when it can."""
-    archive, manifest_path = out / f"{name}.tar.gz", out / name / "manifest.json"
-    if not archive.is_file() or not manifest_path.is_file():
+    archive = out / f"{name}.tar.gz"
+    try:
+        m = AdapterManifest.load(out / name)
+    except ManifestError as exc:
+        return f"its manifest is unreadable ({exc})"
+    if not archive.is_file() or m is None:
         return "no artifact yet"
-    m = json.loads(manifest_path.read_text())
     entry = dep.adapter(name).entry
-    if m.get("version") != entry.version:
-        return f"version {m.get('version')} -> {entry.version}"
-    base = m.get("base") or {}
-    if (base.get("model_id"), base.get("revision"), base.get("tokenizer_sha256")) != (
-        base_manifest["model_id"],
-        base_manifest["revision"],
-        base_manifest["tokenizer_sha256"],
+    if m.version != entry.version:
+        return f"version {m.version} -> {entry.version}"
+    trained_on = (m.base.model_id, m.base.revision, m.base.tokenizer_sha256)
+    if trained_on != (
+        base_manifest.model_id,
+        base_manifest.revision,
+        base_manifest.tokenizer_sha256,
     ):
         return "trained on another base"
     from training.train import recorded_hyperparameters
 
-    if m.get("hyperparameters") != recorded_hyperparameters(dep.adapter(name).profile, max_steps):
+    if m.hyperparameters != recorded_hyperparameters(dep.adapter(name).profile, max_steps):
         return "hyperparameters changed"
     from training.metrics import SCORER_VERSION
 
-    if (m.get("eval") or {}).get("scorer") != SCORER_VERSION:
+    if (m.eval or {}).get("scorer") != SCORER_VERSION:
         return "evaluated by an older gate"
     from config import CATALOG_PATH
     from training import datasets
 
     split, _ = datasets.for_entry(entry, CATALOG_PATH.parent)
-    if (m.get("dataset") or {}).get("sha256") != split.sha256():
+    if m.dataset.get("sha256") != split.sha256():
         return "its dataset changed"
     return None
 
@@ -144,7 +151,7 @@ class AdapterPlan:
     unpublishable: list[str] = field(default_factory=list)
 
 
-def plan_adapters(dep: Deployment, opts: Options, base_manifest: dict) -> AdapterPlan:
+def plan_adapters(dep: Deployment, opts: Options, base_manifest: BaseManifest) -> AdapterPlan:
     out = opts.artifacts / "adapters"
     plan = AdapterPlan()
     for a in dep.adapters:
@@ -152,10 +159,10 @@ def plan_adapters(dep: Deployment, opts: Options, base_manifest: dict) -> Adapte
         if why is not None:
             plan.todo.append((a.name, why))
             continue
-        ev = json.loads((out / a.name / "manifest.json").read_text())["eval"]
-        if ev["publishable"] or opts.serve_unpublishable:
+        ev = AdapterManifest.read(out / a.name).eval or {}
+        if ev.get("publishable") or opts.serve_unpublishable:
             plan.ready[a.name] = out / f"{a.name}.tar.gz"
-            if not ev["publishable"]:
+            if not ev.get("publishable"):
                 plan.unpublishable.append(a.name)
         else:
             plan.held[a.name] = "not publishable: " + "; ".join(ev.get("failures") or [])
@@ -226,40 +233,36 @@ def _spawn(name: str, cmd: list[str], env: dict[str, str], state_dir: Path) -> s
     )  # fmt: skip
 
 
-def runtime_environment(dep: Deployment, base_dir: Path, state_dir: Path) -> dict[str, str]:
-    """The container environment the runtime gets (the names infra/serving.py sets)."""
-    s, base = dep.env.serving, dep.base
-    manifest = json.loads((base_dir / "base_manifest.json").read_text())
+#: What the local runtime sets on top of the deployment's settings, and why each must differ.
+def _local_runtime(base_dir: Path, state_dir: Path, settings: RuntimeSettings) -> dict[str, Any]:
+    manifest = BaseManifest.read(base_dir)
     return {
-        "OPTION_MAX_LORAS": str(s.max_loras or 4),
-        "OPTION_MAX_CPU_LORAS": str(s.max_cpu_loras),
-        "OPTION_MAX_LORA_RANK": str(base.max_lora_rank),
-        "OPTION_VRAM_HEADROOM": str(s.vram_headroom),
-        "OPTION_MAX_BATCH_SIZE": str(s.max_batch_size),
-        "OPTION_DTYPE": "auto",
-        "OPTION_WORK_DIR": str(state_dir / "runtime-work"),
+        # A directory of this platform's own, not the container's /tmp.
+        "work_dir": state_dir / "runtime-work",
         # vLLM's CPU build: its KV cache in host memory (the GPU's is OPTION_VRAM_HEADROOM).
-        "OPTION_CPU_KVCACHE_GIB": "2",
-        "OPTION_REQUEST_TIMEOUT_S": f"{dep.env.router.generation_timeout_s:g}",
-        "BASE_MODEL_ID": base.model_id,
-        "BASE_REVISION": base.revision,
+        "cpu_kvcache_gib": 2,
         # The local base's tokenizer hash is known (the builder wrote it), so the start-up
         # check that guards Qwen3-4B on SageMaker runs here too.
-        "BASE_TOKENIZER_SHA256": base.tokenizer_sha256 or manifest["tokenizer_sha256"],
+        "base_tokenizer_sha256": settings.base_tokenizer_sha256 or manifest.tokenizer_sha256,
     }
+
+
+def runtime_environment(dep: Deployment, base_dir: Path, state_dir: Path) -> dict[str, str]:
+    """The container environment the runtime gets: infra's (``config.processes``), plus the
+    fields ``_local_runtime`` names."""
+    base = runtime_settings(dep)
+    return base.replaced(**_local_runtime(base_dir, state_dir, base)).to_env()
+
+
+def merged_runtime_environment(dep: Deployment, base: Path, state_dir: Path) -> dict[str, str]:
+    """A merged model's server: the base's options without LoRA, as infra's."""
+    merged = merged_runtime_settings(dep)
+    return merged.replaced(**_local_runtime(base, state_dir, merged)).to_env()
 
 
 def router_environment(dep: Deployment) -> dict[str, str]:
     """The router's limits, as infra/router.py puts them in the function's environment."""
-    r = dep.env.router
-    return {
-        "MAX_NEW_TOKENS_CAP": str(r.max_new_tokens_cap),
-        "MAX_STOP_SEQUENCES": str(r.max_stop_sequences),
-        "MAX_BODY_BYTES": str(r.max_body_bytes),
-        "CACHE_TTL_HOURS": str(dep.env.cache.ttl_hours),
-        "INVOKE_DEADLINE_S": str(r.invoke_deadline_s),
-        "STREAM_DEADLINE_S": str(r.stream_deadline_s),
-    }
+    return router_settings(dep).to_env()
 
 
 def start_services(dep: Deployment, base_dir: Path, opts: Options) -> dict[str, Any]:
@@ -459,18 +462,10 @@ def merged_server(dep: Deployment, name: str, archive: Path, opts: Options) -> t
     return opts.url(port), True
 
 
-def merged_runtime_environment(dep: Deployment, base: Path, state_dir: Path) -> dict[str, str]:
-    """A merged model's server: the base's options without LoRA (infra.serving's
-    ``merged_environment``)."""
-    env = runtime_environment(dep, base, state_dir)
-    drop = ("OPTION_MAX_LORAS", "OPTION_MAX_CPU_LORAS", "OPTION_MAX_LORA_RANK")
-    return {k: v for k, v in env.items() if k not in drop} | {"OPTION_ENABLE_LORA": "false"}
-
-
 def declare_ready(opts: Options) -> list[dict[str, Any]]:
     """Declare what is ready now (the trainer calls this after each adapter comes online)."""
     dep = load_deployment(opts.env, opts.catalog, opts.environments_dir)
-    manifest = json.loads((base_dir(dep, opts) / "base_manifest.json").read_text())
+    manifest = BaseManifest.read(base_dir(dep, opts))
     return declare_components(dep, plan_adapters(dep, opts, manifest), opts)
 
 

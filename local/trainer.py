@@ -99,7 +99,7 @@ def run(opts: Any, todo: list[str], declare: Any, log=print) -> int:
                        seconds=round(time.time() - t0, 1))  # fmt: skip
             offline += 1
             continue
-        ev = res.manifest["eval"]
+        ev = res.manifest.eval or {}
         summary = {"score": ev["adapter"]["score"], "base_score": ev["base"]["score"],
                    "ci_low": ev["bootstrap"]["ci_low"], "metric": ev["metric"],
                    "seconds": round(res.seconds, 1)}  # fmt: skip
@@ -130,8 +130,10 @@ def _added(opts: Any, attempted: set[str], status: Status) -> list[str]:
     from local.platform import plan_adapters
 
     dep = load_deployment(opts.env, opts.catalog, opts.environments_dir)
-    manifest = opts.artifacts / "base" / dep.base_key / "base_manifest.json"
-    plan = plan_adapters(dep, opts, json.loads(manifest.read_text()))
+    from contracts.manifests import BaseManifest
+
+    manifest = BaseManifest.read(opts.artifacts / "base" / dep.base_key)
+    plan = plan_adapters(dep, opts, manifest)
     added = [name for name, _ in plan.todo if name not in attempted]
     for name in added:
         status.set(name, state="queued")

@@ -26,12 +26,17 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
+    from contracts.settings import RuntimeSettings, SettingsError
     from runtime.engine import Engine
     from runtime.server import create_app
-    from runtime.settings import Settings
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
-    engine = Engine(Settings.from_env(args.model_dir))
+    given = {"model_dir": args.model_dir} if args.model_dir else {}
+    try:
+        settings = RuntimeSettings.from_env(**given)
+    except SettingsError as exc:
+        raise SystemExit(str(exc)) from None
+    engine = Engine(settings)
     uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="warning")
     return 0
 

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from contracts.manifests import AdapterManifest, ManifestError, PromptFormat, chat_prompt
+
 _KEY = re.compile(
     r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<ab>[AB])(?:\.[^.]+)?\.weight$"
 )
@@ -92,46 +94,10 @@ class LoadedAdapter:
     targets: tuple[str, ...]
     #: Bytes of the LoRA weights (vLLM reads them from ``src`` itself).
     nbytes: int
-    manifest: dict[str, Any] | None = None
+    manifest: AdapterManifest | None = None
     identity: dict[str, str | None] = field(default_factory=dict)
-    #: The request shape the adapter was trained on (``prompt_format``), or None for raw text.
+    #: The chat shape the adapter was trained on (``chat_prompt``), or None for raw text.
     prompt: PromptFormat | None = None
-
-
-@dataclass(frozen=True)
-class PromptFormat:
-    """How the adapter's training records were shaped: a chat with ``system`` as the system
-    turn and the input as the user turn. A plain ``inputs`` request for such an adapter is given
-    the same shape, or it would reach the adapter as raw text it never saw in training."""
-
-    system: str
-
-    def messages(self, text: str) -> list[dict[str, str]]:
-        return [{"role": "system", "content": self.system}, {"role": "user", "content": text}]
-
-
-#: Longest system instruction a manifest may carry.
-MAX_SYSTEM_CHARS = 4096
-
-
-def prompt_format(manifest: dict[str, Any] | None) -> PromptFormat | None:
-    """The manifest's ``prompt`` entry, checked: absent means raw text."""
-    raw = (manifest or {}).get("prompt")
-    if raw is None:
-        return None
-    if not isinstance(raw, dict) or raw.get("format") not in ("chat", "raw"):
-        raise AdapterError("manifest.json field 'prompt' must be {format: chat|raw, ...}")
-    if raw["format"] == "raw":
-        return None
-    system = raw.get("system", "")
-    if not isinstance(system, str) or len(system) > MAX_SYSTEM_CHARS:
-        raise AdapterError(
-            f"manifest.json field 'prompt.system' must be text of at most {MAX_SYSTEM_CHARS} "
-            "characters"
-        )
-    if raw.get("input_role", "user") != "user":
-        raise AdapterError("manifest.json field 'prompt.input_role' must be 'user'")
-    return PromptFormat(system=system)
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
@@ -246,22 +212,18 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def artifact_identity(directory: Path, manifest: dict[str, Any] | None) -> dict[str, str | None]:
+def artifact_identity(directory: Path, manifest: AdapterManifest | None) -> dict[str, str | None]:
     """What the artifact says it is (manifest ``name`` and ``version``) and the sha256 of its
     weights, after checking every file hash the manifest records.
 
     SageMaker does not document that the adapter identifier it sends equals the component's
     name, so answers carry this identity instead: a smoke check compares it with the catalog.
     """
-    recorded = (manifest or {}).get("files") or {}
-    if not isinstance(recorded, dict):
-        raise AdapterError("manifest.json 'files' must map file names to sha256")
+    recorded = manifest.files if manifest is not None else {}
     for fname, digest in recorded.items():
-        path = directory / str(fname)
-        if "/" in str(fname) or fname in ("", ".", "..") or not path.is_file():
-            raise AdapterError(
-                f"manifest.json lists {str(fname)[:80]!r}, which is not in the artifact"
-            )
+        path = directory / fname
+        if "/" in fname or fname in ("", ".", "..") or not path.is_file():
+            raise AdapterError(f"manifest.json lists {fname[:80]!r}, which is not in the artifact")
         if file_sha256(path) != digest:
             raise AdapterError(f"{fname} does not match the sha256 manifest.json records")
     weights = next((directory / f for f in ("adapter_model.safetensors", "adapter_model.bin")
@@ -269,10 +231,9 @@ def artifact_identity(directory: Path, manifest: dict[str, Any] | None) -> dict[
     sha = recorded.get(weights.name) if weights is not None else None
     if weights is not None and sha is None:
         sha = file_sha256(weights)
-    m = manifest or {}
     return {
-        "name": str(m["name"]) if m.get("name") is not None else None,
-        "version": str(m["version"]) if m.get("version") is not None else None,
+        "name": manifest.name if manifest is not None else None,
+        "version": manifest.version if manifest is not None else None,
         "sha256": sha,
     }
 
@@ -282,8 +243,10 @@ def load_adapter(name: str, directory: Path, base: BaseIdentity) -> LoadedAdapte
     if not directory.is_dir():
         raise AdapterError(f"adapter source {str(directory)!r} is not a directory")
     cfg = _read_json(directory / "adapter_config.json", "adapter_config.json")
-    manifest_path = directory / "manifest.json"
-    manifest = _read_json(manifest_path, "manifest.json") if manifest_path.exists() else None
+    try:
+        manifest = AdapterManifest.load(directory)
+    except ManifestError as exc:
+        raise AdapterError(str(exc)) from None
 
     peft_type = str(cfg.get("peft_type", "")).upper()
     if peft_type != "LORA":
@@ -309,19 +272,18 @@ def load_adapter(name: str, directory: Path, base: BaseIdentity) -> LoadedAdapte
 
     claimed = cfg.get("base_model_name_or_path")
     if manifest is not None:
-        # A manifest is the compatibility record: it must name the base, exactly.
-        mbase = manifest.get("base")
-        if not isinstance(mbase, dict) or not mbase.get("model_id"):
-            raise AdapterError("manifest.json names no base model (base.model_id)")
-        if mbase["model_id"] != base.model_id:
+        # A manifest is the compatibility record: it must name the base, exactly (the model
+        # checks that it names one).
+        trained_on = manifest.base
+        if trained_on.model_id != base.model_id:
             raise AdapterError(
-                f"base model mismatch: adapter was trained on {str(mbase['model_id'])[:120]!r}, "
+                f"base model mismatch: adapter was trained on {trained_on.model_id[:120]!r}, "
                 f"this server serves {base.model_id!r}"
             )
-        if base.revision and mbase.get("revision") != base.revision:
+        if base.revision and trained_on.revision != base.revision:
             raise AdapterError(
                 f"base revision mismatch: adapter was trained on revision "
-                f"{str(mbase.get('revision'))[:64]!r}, this server serves {base.revision!r}"
+                f"{str(trained_on.revision)[:64]!r}, this server serves {base.revision!r}"
             )
     elif not base.matches(claimed):
         raise AdapterError(
@@ -383,7 +345,7 @@ def load_adapter(name: str, directory: Path, base: BaseIdentity) -> LoadedAdapte
         targets_seen.add(module.rsplit(".", 1)[-1])
         nbytes += a.numel() * a.element_size() + b.numel() * b.element_size()
 
-    version = (manifest or {}).get("version") or cfg.get("revision")
+    version = (manifest.version if manifest is not None else None) or cfg.get("revision")
     return LoadedAdapter(
         name=name,
         src=str(directory),
@@ -394,5 +356,5 @@ def load_adapter(name: str, directory: Path, base: BaseIdentity) -> LoadedAdapte
         nbytes=nbytes,
         manifest=manifest,
         identity=artifact_identity(directory, manifest),
-        prompt=prompt_format(manifest),
+        prompt=chat_prompt(manifest.prompt if manifest is not None else None),
     )

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 import os
 import threading
@@ -25,14 +24,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from runtime.adapters import BaseIdentity, LoadedAdapter, PromptFormat, base_modules, load_adapter
-from runtime.compat import verify_tokenizer
+from contracts.compat import verify_tokenizer
+from contracts.manifests import BaseManifest, PromptFormat
+from contracts.settings import RuntimeSettings
+from runtime.adapters import BaseIdentity, LoadedAdapter, base_modules, load_adapter
 from runtime.hardware import cpu_environment, require_cuda_where_gpus_are
 from runtime.merged import MergedModel, load_merged
 from runtime.registry import AdapterRecord, AdapterRegistry, CapacityError, delete_owned
 from runtime.request import EngineError, GenRequest
-from runtime.settings import Settings, pick_dtype
 from runtime.telemetry import Telemetry, gpu_memory, host_rss_bytes, host_total_bytes
+from runtime.vllm_args import engine_args, pick_dtype
 
 log = logging.getLogger("runtime.engine")
 
@@ -88,7 +89,7 @@ def finish_reason(reason: str | None, stop_reason: int | str | None) -> str:
 
 
 class Engine:
-    def __init__(self, settings: Settings, telemetry: Telemetry | None = None) -> None:
+    def __init__(self, settings: RuntimeSettings, telemetry: Telemetry | None = None) -> None:
         self.settings = settings
         self.telemetry = telemetry or Telemetry()
         self.ready = asyncio.Event()
@@ -111,10 +112,10 @@ class Engine:
         """The served base, as adapters are checked against it, and as answers report it."""
         s = self.settings
         tok_sha = verify_tokenizer(s.model_dir, s.base_tokenizer_sha256)
-        manifest = s.model_dir / "base_manifest.json"
-        local = json.loads(manifest.read_text()) if manifest.is_file() else {}
-        model_id = s.base_model_id or local.get("model_id") or str(s.model_dir)
-        revision = s.base_revision or local.get("recipe")
+        # A base built by training/base.py records what it is; a hub snapshot does not.
+        built = BaseManifest.load(s.model_dir)
+        model_id = s.base_model_id or (built.model_id if built else None) or str(s.model_dir)
+        revision = s.base_revision or (built.revision if built else None)
         modules = base_modules(s.model_dir)
         base = BaseIdentity(
             model_id=model_id,
@@ -163,7 +164,7 @@ class Engine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        args = AsyncEngineArgs(**s.engine_args(cuda=cuda))
+        args = AsyncEngineArgs(**engine_args(s, cuda=cuda))
         self.llm = await asyncio.to_thread(AsyncLLM.from_engine_args, args)
         self.base_info |= {
             "dtype": pick_dtype(s.dtype, cuda=cuda),
@@ -221,7 +222,7 @@ class Engine:
         from vllm.lora.request import LoRARequest
 
         self.registry.check_pin(loaded.name, pin)
-        schema = default_schema(loaded.manifest)
+        schema = default_schema(loaded.manifest.json_schema if loaded.manifest else None)
         rec = self.registry.new_record(loaded, pin=pin, owned_dir=owned_dir, json_schema=schema)
         t0 = time.perf_counter()
         lora = LoRARequest(rec.lora_name, rec.lora_id, rec.src)
@@ -484,15 +485,16 @@ class Engine:
         }
 
 
-def default_schema(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The JSON schema an adapter's manifest names for its requests (``json_schema``)."""
-    schema = (manifest or {}).get("json_schema")
+def default_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The JSON schema an adapter's manifest names for its requests (``json_schema``), checked
+    as a request's schema is."""
     if schema is None:
         return None
+    from contracts.requests import MAX_SCHEMA_BYTES
     from runtime.schemas import SchemaError, check_schema
 
     try:
-        return check_schema(schema, max_bytes=64 * 1024)
+        return check_schema(schema, max_bytes=MAX_SCHEMA_BYTES)
     except SchemaError as exc:
         from runtime.adapters import AdapterError
 

@@ -10,14 +10,14 @@ are not the ones merged is refused, as an adapter archive with a wrong hash is.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtime.adapters import AdapterError, PromptFormat, file_sha256, prompt_format
+from contracts.manifests import ManifestError, MergedManifest, PromptFormat, chat_prompt
+from runtime.adapters import AdapterError, file_sha256
 
-MERGED_MANIFEST = "merged_manifest.json"
+MERGED_MANIFEST = MergedManifest.FILE
 
 
 class MergedModelError(RuntimeError):
@@ -33,27 +33,29 @@ class MergedModel:
 
 def load_merged(model_dir: Path) -> MergedModel | None:
     """The merged adapter this directory holds, checked; None for a plain base."""
-    path = model_dir / MERGED_MANIFEST
-    if not path.is_file():
-        return None
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        adapter, files = manifest["adapter"], manifest["merged"]["files"]
-        name, version = str(adapter["name"]), str(adapter["version"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise MergedModelError(f"{path} is not a merged manifest: {exc}") from None
-    for fname, digest in sorted(files.items()):
-        target = model_dir / str(fname)
-        if "/" in str(fname) or not target.is_file():
+        manifest = MergedManifest.load(model_dir)
+    except ManifestError as exc:
+        raise MergedModelError(f"{model_dir}: {exc}") from None
+    if manifest is None:
+        return None
+    for fname, digest in sorted(manifest.merged.files.items()):
+        target = model_dir / fname
+        if "/" in fname or not target.is_file():
             raise MergedModelError(f"{MERGED_MANIFEST} lists {fname!r}, not in {model_dir}")
         if file_sha256(target) != digest:
             raise MergedModelError(f"{fname} does not match the sha256 {MERGED_MANIFEST} records")
     from runtime.engine import default_schema
 
+    adapter = manifest.adapter
     try:
-        prompt, schema = prompt_format(adapter), default_schema(adapter)
+        schema = default_schema(adapter.json_schema)
     except AdapterError as exc:
         raise MergedModelError(f"{MERGED_MANIFEST}: {exc}") from None
-    identity = {"name": name, "version": version, "sha256": adapter.get("weights_sha256"),
-                "merged": True}  # fmt: skip
-    return MergedModel(identity, prompt, schema)
+    identity = {
+        "name": adapter.name,
+        "version": adapter.version,
+        "sha256": adapter.weights_sha256,
+        "merged": True,
+    }
+    return MergedModel(identity, chat_prompt(adapter.prompt), schema)

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.adapters import LoadedAdapter, PromptFormat
+from contracts.manifests import PromptFormat
+from runtime.adapters import LoadedAdapter
 
 
 class CapacityError(RuntimeError):

@@ -14,12 +14,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from runtime.registry import AdapterRecord
 
-#: Sampling bounds, the same in the router's schema: a temperature is 0 (greedy) or at least
-#: MIN_TEMPERATURE; a repetition penalty lies within REPETITION_PENALTY. Outside them logits
-#: overflow to inf/nan (5e-324 divides them into infinity).
-MIN_TEMPERATURE = 1e-2
-REPETITION_PENALTY = (0.1, 10.0)
-
 
 class EngineError(Exception):
     """A request failed; ``status`` is the HTTP status the server answers with."""

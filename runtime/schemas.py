@@ -8,36 +8,19 @@ before it reaches the engine, where a malformed one would fail the request as a 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-#: Deepest nesting of objects and arrays a schema may have.
-MAX_DEPTH = 32
+from contracts.requests import schema_problem
 
 
 class SchemaError(ValueError):
     """The schema is not usable; the message says why."""
 
 
-def _depth(node: Any, level: int = 0) -> int:
-    if level > MAX_DEPTH:
-        return level
-    if isinstance(node, dict):
-        return max((_depth(v, level + 1) for v in node.values()), default=level)
-    if isinstance(node, list):
-        return max((_depth(v, level + 1) for v in node), default=level)
-    return level
-
-
 def check_schema(schema: Any, *, max_bytes: int) -> dict[str, Any]:
     """The schema, if it is a JSON object within the bounds and a valid JSON Schema."""
-    if not isinstance(schema, dict):
-        raise SchemaError("must be a JSON object (a JSON Schema)")
-    size = len(json.dumps(schema, separators=(",", ":")).encode())
-    if size > max_bytes:
-        raise SchemaError(f"is {size} bytes, over the limit of {max_bytes}")
-    if _depth(schema) > MAX_DEPTH:
-        raise SchemaError(f"nests deeper than {MAX_DEPTH} levels")
+    if (problem := schema_problem(schema, max_bytes)) is not None:
+        raise SchemaError(problem)
     from jsonschema import exceptions, validators
 
     try:

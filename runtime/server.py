@@ -32,19 +32,14 @@ from model_hosting_container_standards.sagemaker.lora.constants import (
 from model_hosting_container_standards.sagemaker.lora.models.request import (
     SageMakerRegisterLoRAAdapterRequest,
 )
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from contracts.requests import RepetitionPenalty, Temperature
 from runtime.adapters import AdapterError
 from runtime.artifacts import ArtifactError, extract
 from runtime.engine import Engine
 from runtime.registry import CapacityError
-from runtime.request import (
-    MIN_TEMPERATURE,
-    REPETITION_PENALTY,
-    EngineError,
-    GenParams,
-    GenRequest,
-)
+from runtime.request import EngineError, GenParams, GenRequest
 from runtime.schemas import SchemaError, check_schema
 
 ADAPTER_HEADER = SageMakerLoRAApiHeader.ADAPTER_IDENTIFIER
@@ -60,19 +55,10 @@ class Parameters(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max_new_tokens: int | None = Field(default=None, ge=1)
     min_new_tokens: int = Field(default=0, ge=0)
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    temperature: Temperature = 1.0
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=0)
-    repetition_penalty: float = Field(
-        default=1.0, ge=REPETITION_PENALTY[0], le=REPETITION_PENALTY[1]
-    )
-
-    @field_validator("temperature")
-    @classmethod
-    def _temperature(cls, v: float) -> float:
-        if 0 < v < MIN_TEMPERATURE:
-            raise ValueError(f"must be 0 (greedy) or at least {MIN_TEMPERATURE:g}")
-        return v
+    repetition_penalty: RepetitionPenalty = 1.0
 
     #: vLLM holds back the longest stop string's length of text while streaming.
     stop: list[Annotated[str, Field(max_length=256)]] = Field(default_factory=list, max_length=16)

@@ -23,14 +23,14 @@ Everything is a function of the recipe and the seed.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from config.compat import tokenizer_sha256
+from contracts.compat import tokenizer_sha256
+from contracts.manifests import BaseManifest, ManifestError
 
 LOCAL_QWEN3_PREFIX = "local/qwen3-"
 
@@ -104,7 +104,7 @@ def build_base(out: Path | str, preset: str = "tiny", seed: int = 0, log=print) 
 
     out = Path(out)
     p = PRESETS[preset]
-    manifest_path = out / "base_manifest.json"
+    manifest_path = out / BaseManifest.FILE
     wanted = {"recipe": RECIPE_REVISION, "preset": preset, "seed": seed, **asdict(p)}
     if _built(manifest_path, wanted):
         log(f"base {preset}: reusing {out}")
@@ -149,7 +149,7 @@ def build_base(out: Path | str, preset: str = "tiny", seed: int = 0, log=print) 
         "pretrain_final_loss": losses[-1] if losses else None,
         "build_seconds": round(time.perf_counter() - t0, 2),
     }
-    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    BaseManifest.parse(manifest, str(manifest_path)).dump(out)
     log(f"base {preset}: {n_params:,} parameters built in {manifest['build_seconds']} s -> {out}")
     return out
 
@@ -226,10 +226,12 @@ PRETRAINED: dict[str, WheelModel] = {SMOLLM2.model_id: SMOLLM2}
 
 def _built(manifest_path: Path, wanted: dict) -> bool:
     """Whether the directory already holds a base built from exactly these inputs."""
-    if not manifest_path.exists():
+    try:
+        have = BaseManifest.load(manifest_path.parent)
+    except ManifestError:
         return False
-    have = json.loads(manifest_path.read_text())
-    return {k: have.get(k) for k in wanted} == wanted
+    recorded = have.as_json() if have is not None else {}
+    return have is not None and {k: recorded.get(k) for k in wanted} == wanted
 
 
 class BaseBuildError(RuntimeError):
@@ -275,7 +277,7 @@ def build_pretrained(out: Path | str, spec: WheelModel = SMOLLM2, *, cache: Path
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     out = Path(out)
-    manifest_path = out / "base_manifest.json"
+    manifest_path = out / BaseManifest.FILE
     wanted = {"model_id": spec.model_id, "revision": spec.revision, "wheel_sha256": spec.sha256}
     if _built(manifest_path, wanted):
         log(f"base {spec.model_id}: reusing {out}")
@@ -324,7 +326,7 @@ def build_pretrained(out: Path | str, spec: WheelModel = SMOLLM2, *, cache: Path
         "tokenizer_sha256": tokenizer_sha256(out),
         "build_seconds": round(time.perf_counter() - t0, 2),
     }
-    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    BaseManifest.parse(manifest, str(manifest_path)).dump(out)
     log(f"base {spec.model_id}: {n_params:,} parameters converted in "
         f"{manifest['build_seconds']} s -> {out}")  # fmt: skip
     return out

@@ -26,9 +26,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from contracts.manifests import BaseRef, MergedAdapter, MergedFiles, MergedManifest
 from training.package import read_manifest, sha256_file
 
-MERGED_MANIFEST = "merged_manifest.json"
+MERGED_MANIFEST = MergedManifest.FILE
 #: What the base directory holds beside its weights that the merged directory needs as they are
 #: (the tokenizer, so its sha256, the chat template and the generation defaults are the base's).
 _CARRIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -40,27 +41,27 @@ class MergeError(ValueError):
     pass
 
 
-def merge(base_dir: Path, archive: Path, out_dir: Path, log: Any = print) -> dict[str, Any]:
+def merge(base_dir: Path, archive: Path, out_dir: Path, log: Any = print) -> MergedManifest:
     """Merge the archive's adapter into the base at ``base_dir``; returns the manifest."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from config.compat import tokenizer_sha256
+    from contracts.compat import tokenizer_sha256
 
     manifest = read_manifest(archive)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise MergeError(f"{out_dir} is not empty")
     out_dir.mkdir(parents=True, exist_ok=True)
-    recorded = (manifest.get("base") or {}).get("tokenizer_sha256")
+    recorded = manifest.base.tokenizer_sha256
     tok = tokenizer_sha256(base_dir)
     if recorded and recorded != tok:
-        raise MergeError(f"{base_dir} is not the base {manifest.get('name')} was trained on "
+        raise MergeError(f"{base_dir} is not the base {manifest.name} was trained on "
                          "(its tokenizer differs)")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="merge-") as tmp:
         with tarfile.open(archive, "r:gz") as tar:
             tar.extractall(tmp, filter="data")
-        log(f"merging {manifest['name']} {manifest['version']} into {base_dir}")
+        log(f"merging {manifest.name} {manifest.version} into {base_dir}")
         config = json.loads((base_dir / "config.json").read_text())
         dtype = getattr(torch, str(config.get("torch_dtype") or config.get("dtype") or "float32"))
         model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
@@ -70,26 +71,22 @@ def merge(base_dir: Path, archive: Path, out_dir: Path, log: Any = print) -> dic
         if (base_dir / name).is_file():
             shutil.copy2(base_dir / name, out_dir / name)
     files = {p.name: sha256_file(p) for p in sorted(out_dir.iterdir()) if p.is_file()}
-    weights = (manifest.get("files") or {}).get("adapter_model.safetensors")
-    base = manifest.get("base") or {}
-    out = {
-        "format": 1,
-        "merged": {"files": files},
-        "base": {
-            "model_id": base.get("model_id"),
-            "revision": base.get("revision"),
-            "tokenizer_sha256": tok,
-        },
-        "adapter": {
-            "name": manifest["name"],
-            "version": manifest["version"],
-            "sha256": sha256_file(archive),
-            "weights_sha256": weights,
-            **({"prompt": manifest["prompt"]} if manifest.get("prompt") else {}),
-            **({"json_schema": manifest["json_schema"]} if manifest.get("json_schema") else {}),
-        },
-    }
-    (out_dir / MERGED_MANIFEST).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    out = MergedManifest(
+        format=1,
+        merged=MergedFiles(files=files),
+        base=BaseRef(
+            model_id=manifest.base.model_id, revision=manifest.base.revision, tokenizer_sha256=tok
+        ),
+        adapter=MergedAdapter(
+            name=str(manifest.name),
+            version=str(manifest.version),
+            sha256=sha256_file(archive),
+            weights_sha256=manifest.files.get("adapter_model.safetensors"),
+            **({"prompt": manifest.prompt} if manifest.prompt else {}),
+            **({"json_schema": manifest.json_schema} if manifest.json_schema else {}),
+        ),
+    )
+    out.dump(out_dir)
     log(f"merged weights in {out_dir} ({sum(p.stat().st_size for p in out_dir.iterdir())} bytes)")
     return out
 

@@ -7,12 +7,12 @@ root) and what the runtime's registration accepts.
 from __future__ import annotations
 
 import hashlib
-import json
 import tarfile
 from pathlib import Path
-from typing import Any
 
-REQUIRED = ("adapter_config.json", "adapter_model.safetensors", "manifest.json")
+from contracts.manifests import ADAPTER_MANIFEST, AdapterManifest, ManifestError
+
+REQUIRED = ("adapter_config.json", "adapter_model.safetensors", ADAPTER_MANIFEST)
 
 
 class PackageError(ValueError):
@@ -24,16 +24,15 @@ def sha256_file(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def write_manifest(adapter_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+def write_manifest(adapter_dir: Path, manifest: AdapterManifest) -> AdapterManifest:
+    """Write ``manifest`` into the adapter directory with the sha256 of every file it packs."""
     files = {
         name: sha256_file(adapter_dir / name)
         for name in ("adapter_config.json", "adapter_model.safetensors")
     }
-    manifest = {**manifest, "files": files}
-    (adapter_dir / "manifest.json").write_text(
-        json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    )
-    return manifest
+    written = manifest.model_copy(update={"files": files})
+    written.dump(adapter_dir)
+    return written
 
 
 def pack(adapter_dir: Path, archive: Path) -> str:
@@ -53,7 +52,7 @@ def pack(adapter_dir: Path, archive: Path) -> str:
     return sha256_file(archive)
 
 
-def read_manifest(archive: Path) -> dict[str, Any]:
+def read_manifest(archive: Path) -> AdapterManifest:
     """The manifest of an archive, after checking every file against the hashes it records.
 
     Every file but the manifest must be listed in its ``files`` with its sha256: a file the
@@ -68,9 +67,12 @@ def read_manifest(archive: Path) -> dict[str, Any]:
         if odd := [m.name for m in members if not m.isfile()]:
             raise PackageError(f"{archive.name}: {odd} are not regular files")
         data = {n: tar.extractfile(n).read() for n in names}  # type: ignore[union-attr]
-    manifest = json.loads(data["manifest.json"])
-    files = manifest.get("files")
-    if not isinstance(files, dict) or not files:
+    try:
+        manifest = AdapterManifest.loads(data[ADAPTER_MANIFEST], f"{archive.name}: manifest.json")
+    except ManifestError as exc:
+        raise PackageError(str(exc)) from None
+    files = manifest.files
+    if not files:
         raise PackageError(f"{archive.name}: the manifest lists no files and their sha256")
     unlisted = sorted(set(names) - set(files) - {"manifest.json"})
     absent = sorted(set(files) - set(names))

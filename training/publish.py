@@ -30,6 +30,7 @@ from config import Deployment, load_deployment
 from config.loader import CATALOG_PATH, ENVIRONMENTS_DIR
 from config.schema import NoCanaryError
 from config.writer import set_artifact, update_adapter
+from contracts.manifests import AdapterManifest
 from training.package import PackageError, read_manifest, sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,12 +69,12 @@ DATASET_IDENTITY = {
 }
 
 
-def entry_split(manifest: dict[str, Any], dep: Deployment, adapter: str, catalog_dir: Path):
+def entry_split(manifest: AdapterManifest, dep: Deployment, adapter: str, catalog_dir: Path):
     """The entry's split, after checking that the archive was trained on it: the same
     generator, seed and size, or the same file with the same sha256, and the same split."""
     from training import datasets
 
-    ds = manifest.get("dataset") or {}
+    ds = manifest.dataset
     entry = dep.adapter(adapter).entry
     try:
         split, identity = datasets.for_entry(entry, catalog_dir)
@@ -95,24 +96,24 @@ def entry_split(manifest: dict[str, Any], dep: Deployment, adapter: str, catalog
     return split
 
 
-def reevaluate(archive: Path, manifest: dict[str, Any], dep: Deployment, adapter: str,
+def reevaluate(archive: Path, manifest: AdapterManifest, dep: Deployment, adapter: str,
                base_dir: Path, log=print, catalog_dir: Path = CATALOG_PATH.parent,
                ) -> dict[str, Any]:  # fmt: skip
     """Run the gate again here: the same test split, this base, this archive."""
     import tarfile
     import tempfile
 
-    from config.compat import tokenizer_sha256
+    from contracts.compat import tokenizer_sha256
     from training.evaluate import compare
 
-    recorded = (manifest.get("base") or {}).get("tokenizer_sha256")
+    recorded = manifest.base.tokenizer_sha256
     if recorded and tokenizer_sha256(base_dir) != recorded:
         raise PublishError(f"{base_dir} is not the base the adapter was trained on (tokenizer)")
     split = entry_split(manifest, dep, adapter, catalog_dir)
     profile = dep.adapter(adapter).profile
     # The base is prompted with the entry's instruction, never the manifest's: a manifest that
     # carried a prompt of its own could handicap the base it is compared with.
-    system = (manifest.get("prompt") or {}).get("system")
+    system = manifest.prompt.system if manifest.prompt is not None else None
     if system != profile.instruction:
         raise PublishError(
             f"the adapter was trained with the system turn {system!r}, not the entry's "
@@ -158,23 +159,23 @@ def job_archive_sha256(uri: str, adapter: str, region: str) -> str:
             return hashlib.file_digest(member, "sha256").hexdigest()
 
 
-def from_job(manifest: dict[str, Any], adapter: str, described: dict[str, Any]) -> dict[str, Any]:
+def from_job(manifest: AdapterManifest, adapter: str, described: dict[str, Any]) -> dict[str, Any]:
     """The gate's verdict as SageMaker recorded it for the job, checked against the manifest."""
     job = described.get("TrainingJobName")
     if described.get("TrainingJobStatus") != "Completed":
         raise PublishError(f"training job {job} is {described.get('TrainingJobStatus')}")
     hp = described.get("HyperParameters") or {}
     if hp.get("adapter", "").strip('"') != adapter or (
-        hp.get("version", "").strip('"') != manifest.get("version")
+        hp.get("version", "").strip('"') != manifest.version
     ):
         raise PublishError(f"training job {job} trained {hp.get('adapter')} {hp.get('version')}, "
-                           f"not {adapter} {manifest.get('version')}")  # fmt: skip
+                           f"not {adapter} {manifest.version}")  # fmt: skip
     final = {m["MetricName"]: m["Value"] for m in described.get("FinalMetricDataList") or []}
     metrics = {k: final.get(f"gate:{k}") for k in GATE_METRICS}
     missing = [k for k, v in metrics.items() if v is None]
     if missing:
         raise PublishError(f"training job {job} recorded no gate metrics {missing}")
-    ev = manifest.get("eval") or {}
+    ev = manifest.eval or {}
     claimed = {
         "adapter_score": (ev.get("adapter") or {}).get("score"),
         "base_score": (ev.get("base") or {}).get("score"),
@@ -204,7 +205,7 @@ def check(
     job_archive: Any = job_archive_sha256,
     log: Any = print,
     canary: bool = False,
-) -> dict[str, Any]:
+) -> AdapterManifest:
     """Every gate a publish passes; returns the manifest with the verified evaluation.
     ``canary``: the archive is the entry's canary version."""
     try:
@@ -213,25 +214,25 @@ def check(
         raise PublishError(str(exc)) from None
     dep = load_deployment(env, catalog, environments_dir)
     entry = dep.adapter(adapter).entry
-    if manifest.get("name") != adapter:
-        raise PublishError(f"archive is adapter {manifest.get('name')!r}, not {adapter!r}")
+    if manifest.name != adapter:
+        raise PublishError(f"archive is adapter {manifest.name!r}, not {adapter!r}")
     try:
         version = entry.version_made(canary)
     except NoCanaryError as exc:
         raise PublishError(str(exc)) from None
-    if manifest.get("version") != version:
+    if manifest.version != version:
         which = "canary version" if canary else "catalog version"
-        raise PublishError(f"archive version {manifest.get('version')!r} != {which} {version!r}")
-    base, mb = dep.base, manifest.get("base", {})
-    if (mb.get("model_id"), mb.get("revision")) != (base.model_id, base.revision):
+        raise PublishError(f"archive version {manifest.version!r} != {which} {version!r}")
+    base, mb = dep.base, manifest.base
+    if (mb.model_id, mb.revision) != (base.model_id, base.revision):
         raise PublishError(
-            f"base mismatch: adapter trained on {mb.get('model_id')}@{mb.get('revision')}, "
+            f"base mismatch: adapter trained on {mb.model_id}@{mb.revision}, "
             f"environment {env!r} serves {base.model_id}@{base.revision}"
         )
-    if base.tokenizer_sha256 and mb.get("tokenizer_sha256") != base.tokenizer_sha256:
+    if base.tokenizer_sha256 and mb.tokenizer_sha256 != base.tokenizer_sha256:
         raise PublishError("base mismatch: tokenizer fingerprint differs from the catalog's")
     base_dir = base_dir or local_base_dir(dep)
-    job = (manifest.get("training") or {}).get("job_name")
+    job = manifest.training.job_name if manifest.training is not None else None
     if base_dir is not None:
         verdict = reevaluate(archive, manifest, dep, adapter, Path(base_dir), log=log,
                              catalog_dir=Path(catalog).parent)  # fmt: skip
@@ -259,7 +260,7 @@ def check(
         raise PublishError(
             f"adapter {adapter!r} is not publishable: " + "; ".join(verdict["failures"])
         )
-    return {**manifest, "eval": verdict}
+    return manifest.model_copy(update={"eval": verdict})
 
 
 def publish(
@@ -313,7 +314,7 @@ def publish(
 
         account = boto3.client("sts").get_caller_identity()["Account"]
         bucket = f"{dep.env.prefix}-artifacts-{account}-{dep.env.region}"
-    key = f"adapters/{adapter}/{manifest['version']}/adapter.tar.gz"
+    key = f"adapters/{adapter}/{manifest.version}/adapter.tar.gz"
     if s3 is None:
         import boto3
 
@@ -324,7 +325,7 @@ def publish(
         # Live components point at this key: scale-out copies would load the new weights
         # while older copies keep the old ones, under one name and version.
         raise PublishError(
-            f"s3://{bucket}/{key} already holds {adapter} {manifest['version']} with sha256 "
+            f"s3://{bucket}/{key} already holds {adapter} {manifest.version} with sha256 "
             f"{published[:12]}..., not this archive's {digest[:12]}...; a published version is "
             "never overwritten: bump the entry's version for new weights"
         )
@@ -333,7 +334,7 @@ def publish(
             s3.put_object(Bucket=bucket, Key=key, Body=body, ServerSideEncryption="aws:kms",
                           Metadata={"sha256": digest}, **kms)  # fmt: skip
     uri = f"s3://{bucket}/{key}"
-    files = manifest.get("files") or {}
+    files = manifest.files
     weights = next((files[f] for f in ("adapter_model.safetensors", "adapter_model.bin")
                     if f in files), None)  # fmt: skip
     if registry is not None:
@@ -358,7 +359,7 @@ def publish(
             raise PublishError(str(exc)) from None
         except ClientError as exc:  # the archive is uploaded; publishing again registers it
             raise PublishError(
-                f"{adapter} {manifest['version']}: uploaded, but registering it "
+                f"{adapter} {manifest.version}: uploaded, but registering it "
                 f"in the Model Registry failed ({exc}); publish again"
             ) from None
     # The revision the gate above ran against, when it is the entry's own base (an environment

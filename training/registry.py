@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from config import Deployment, ResolvedAdapter
+from contracts.manifests import AdapterManifest
 
 APPROVED, PENDING = "Approved", "PendingManualApproval"
 #: CreateModelPackage's CustomerMetadataProperties: values of at most 256 characters of this
@@ -88,18 +89,18 @@ def _value(v: object) -> str:
 
 
 def evidence(
-    dep: Deployment, manifest: dict[str, Any], uri: str, digest: str, weights: str | None
+    dep: Deployment, manifest: AdapterManifest, uri: str, digest: str, weights: str | None
 ) -> dict[str, str]:
     """The compatibility tuple and the archive's identity, as the package's metadata."""
-    base, mb, ds = dep.base, manifest.get("base") or {}, manifest.get("dataset") or {}
+    base, mb, ds = dep.base, manifest.base, manifest.dataset
     image = base.image
-    ev = manifest.get("eval") or {}
+    ev = manifest.eval or {}
     fields = {
-        "adapter": manifest.get("name"),
-        "version": manifest.get("version"),
+        "adapter": manifest.name,
+        "version": manifest.version,
         "base_model_id": base.model_id,
         "base_revision": base.revision,
-        "tokenizer_sha256": mb.get("tokenizer_sha256") or base.tokenizer_sha256,
+        "tokenizer_sha256": mb.tokenizer_sha256 or base.tokenizer_sha256,
         "image": f"{image.repository}{image.reference}",
         "dataset": ds.get("task")
         and f"{ds.get('task')} seed {ds.get('seed')} size {ds.get('size')}",
@@ -121,7 +122,7 @@ def register(
     s3: Any,
     dep: Deployment,
     adapter: str,
-    manifest: dict[str, Any],
+    manifest: AdapterManifest,
     *,
     bucket: str,
     uri: str,
@@ -132,7 +133,7 @@ def register(
     """The version's package, registered pending approval (or the one already registered for
     it, when it holds the same archive)."""
     a = dep.adapter(adapter)
-    group, version = group_name(a), str(manifest["version"])
+    group, version = group_name(a), str(manifest.version)
     meta = evidence(dep, manifest, uri, digest, weights)
     existing = find(sm, group, version)
     if existing is not None:
@@ -143,7 +144,7 @@ def register(
                 "bump the entry's version for new weights"
             )
         return existing
-    report = json.dumps(manifest.get("eval") or {}, indent=1, sort_keys=True).encode()
+    report = json.dumps(manifest.eval or {}, indent=1, sort_keys=True).encode()
     key = f"adapters/{adapter}/{version}/evaluation.json"
     kms = {"SSEKMSKeyId": kms_key} if kms_key else {}
     s3.put_object(

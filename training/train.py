@@ -31,9 +31,10 @@ from typing import Any
 from transformers import PrinterCallback, TrainerCallback
 
 from config import CATALOG_PATH, ENVIRONMENTS_DIR, TARGET_MODULES, TaskProfile, load_deployment
-from config.compat import tokenizer_sha256
 from config.dataset_files import DatasetFileError
 from config.schema import NoCanaryError
+from contracts.compat import tokenizer_sha256
+from contracts.manifests import AdapterManifest, BaseManifest, BaseRef, PromptFormat, TrainingRecord
 from training import datasets
 from training.evaluate import compare
 from training.metrics import headline
@@ -46,7 +47,7 @@ class TrainResult:
     adapter: str
     archive: Path
     sha256: str
-    manifest: dict[str, Any]
+    manifest: AdapterManifest
     seconds: float
 
 
@@ -96,14 +97,15 @@ def train(
     version = entry.version_made(canary)
     catalog_dir = Path(catalog or CATALOG_PATH).parent
     split, identity = datasets.for_entry(entry, catalog_dir, dataset_size)
-    built = Path(base_dir) / "base_manifest.json"
-    if built.exists():
-        have = json.loads(built.read_text())
-        if (have.get("model_id"), have.get("revision")) != (dep.base.model_id, dep.base.revision):
-            raise ValueError(
-                f"{base_dir} holds {have.get('model_id')}@{have.get('revision')}, but environment "
-                f"{env!r} serves {dep.base.model_id}@{dep.base.revision}"
-            )
+    built = BaseManifest.load(Path(base_dir))
+    if built is not None and (built.model_id, built.revision) != (
+        dep.base.model_id,
+        dep.base.revision,
+    ):
+        raise ValueError(
+            f"{base_dir} holds {built.model_id}@{built.revision}, but environment "
+            f"{env!r} serves {dep.base.model_id}@{dep.base.revision}"
+        )
 
     def records(recs) -> Dataset:
         return Dataset.from_list(
@@ -228,20 +230,20 @@ def train(
     base = dep.base
     manifest = write_manifest(
         adapter_dir,
-        {
-            "name": adapter,
-            "version": version,
-            "task": entry.task,
-            "base": {
-                "key": dep.base_key,
-                "model_id": base.model_id,
-                "revision": base.revision,
-                "tokenizer_sha256": tokenizer_sha256(base_dir),
-                "dtype": base.dtype,
-                "quantization": "nf4" if qlora else base.quantization,
-            },
-            "hyperparameters": recorded_hyperparameters(profile, max_steps),
-            "dataset": {
+        AdapterManifest(
+            name=adapter,
+            version=version,
+            task=entry.task,
+            base=BaseRef(
+                key=dep.base_key,
+                model_id=base.model_id,
+                revision=base.revision,
+                tokenizer_sha256=tokenizer_sha256(base_dir),
+                dtype=base.dtype,
+                quantization="nf4" if qlora else base.quantization,
+            ),
+            hyperparameters=recorded_hyperparameters(profile, max_steps),
+            dataset={
                 "task": split.task,
                 "seed": split.seed,
                 "sha256": split.sha256(),
@@ -252,23 +254,22 @@ def train(
                 else f"the team's own records: {entry.dataset}",
                 **identity,
             },
-            "prompt": prompt_format(profile),
+            prompt=prompt_format(profile),
             # The catalog's default output schema: the runtime decodes to it when a request
             # (sent to the container directly, not through the router) names none.
             **({"json_schema": entry.json_schema_document} if entry.json_schema_document else {}),
-            "training": {
+            training=TrainingRecord(
                 # SageMaker sets TRAINING_JOB_NAME in a training container (the SDK's own
                 # container drivers read it); publish then checks the job's recorded metrics.
-                "job_name": os.environ.get("TRAINING_JOB_NAME"),
-                "steps": result.global_step,
-                # Whether early stopping ended the run, or the step cap (or the epochs) did.
-                "ended": "early" if result.global_step < trainer.state.max_steps else "cap",
-                "train_loss": round(result.training_loss, 4),
-                "best_eval_loss": trainer.state.best_metric,
-                "seconds": round(time.perf_counter() - t0, 1),
-            },
-            "eval": evaluation,
-        },
+                job_name=os.environ.get("TRAINING_JOB_NAME"),
+                steps=result.global_step,
+                ended="early" if result.global_step < trainer.state.max_steps else "cap",
+                train_loss=round(result.training_loss, 4),
+                best_eval_loss=trainer.state.best_metric,
+                seconds=round(time.perf_counter() - t0, 1),
+            ),
+            eval=evaluation,
+        ),
     )
     (adapter_dir / "eval_report.json").write_text(json.dumps(evaluation, indent=2) + "\n")
     # One line the training job's metric definitions parse (training.launch), so that SageMaker
@@ -310,9 +311,9 @@ def check_lengths(adapter: str, source: str, split, profile: TaskProfile, tokeni
         )
 
 
-def prompt_format(profile: TaskProfile) -> dict[str, str]:
+def prompt_format(profile: TaskProfile) -> PromptFormat:
     """How requests must be shaped for this adapter: what the runtime applies to ``inputs``."""
-    return {"format": "chat", "system": profile.instruction, "input_role": "user"}
+    return PromptFormat(format="chat", system=profile.instruction, input_role="user")
 
 
 class _Progress(TrainerCallback):
@@ -360,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except (NoCanaryError, DatasetTooLongError, datasets.SplitError, DatasetFileError) as exc:
         ap.error(str(exc))
-    return 0 if res.manifest["eval"]["publishable"] else 3
+    return 0 if res.manifest.eval and res.manifest.eval["publishable"] else 3
 
 
 if __name__ == "__main__":

@@ -9,12 +9,12 @@ lower bound above zero, or misses one of its task's floors).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 from config import Deployment, load_deployment
+from contracts.manifests import AdapterManifest, BaseManifest
 from training.base import build_local
 from training.metrics import headline
 from training.train import TrainResult, train
@@ -25,7 +25,7 @@ SHOWN = ("faithfulness", "json_valid", "json_field_f1", "pii_leak_rate")
 
 
 def _row(name: str, profile, res, reused: bool) -> tuple[str, bool]:
-    ev = res.manifest["eval"]
+    ev = res.manifest.eval or {}
     boot = ev["bootstrap"]
     floors = {*profile.minimums, *profile.maximums, "faithfulness"}
     shown = [k for k in SHOWN if k in ev["adapter"] and k in floors]
@@ -33,11 +33,12 @@ def _row(name: str, profile, res, reused: bool) -> tuple[str, bool]:
     verdict = "yes" if ev["publishable"] else "NO: " + "; ".join(ev["failures"])
     rival = ev.get("strongest_baseline", "base")
     rival_score = (ev["base"] if rival == "base" else ev["baselines"][rival])["score"]
-    trained = res.manifest["training"]
-    ended = {"early": "early stop", "cap": "step cap"}.get(trained.get("ended"), "-")
+    trained = res.manifest.training
+    ended = {"early": "early stop", "cap": "step cap"}.get(trained.ended if trained else None, "-")
+    steps = trained.steps if trained else "-"
     return (
         f"| {name}{' (reused)' if reused else ''} | r={profile.rank} a={profile.alpha} "
-        f"{profile.targets} | {trained['steps']} ({ended}) | {headline(ev['metric'])} | "
+        f"{profile.targets} | {steps} ({ended}) | {headline(ev['metric'])} | "
         f"{ev['adapter']['score']:.3f} | {ev['base']['score']:.3f} | {rival} "
         f"{rival_score:.3f} | [{boot['ci_low']:.3f}, {boot['ci_high']:.3f}] | {extras} | "
         f"{verdict} | {res.seconds:.0f} |",
@@ -59,10 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     dep = load_deployment(args.env)
     base_dir = ROOT / ".artifacts" / "base" / dep.base_key
-    manifest = base_dir / "base_manifest.json"
-    cached = manifest.exists()
+    cached = BaseManifest.load(base_dir) is not None
     base = build_local(dep.base.model_id, base_dir)
-    info = json.loads(manifest.read_text())
+    info = BaseManifest.read(base_dir)
     t_base = time.perf_counter() - t0
     rows, ok, reused_s = [], True, {}
     for a in dep.adapters:
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         "## Local training",
         "## Local training (`python -m training.train_all`)\n\n"
         f"Command: {command} ({time.strftime('%Y-%m-%d')}, CPU, "
-        f"{cores()} cores). Base: {dep.base.model_id} ({info['parameters']:,} parameters; "
+        f"{cores()} cores). Base: {dep.base.model_id} ({info.parameters or 0:,} parameters; "
         + ("reused from the cache" if cached else f"built in {t_base:.0f} s in this run")
         + "). Each adapter trained with its task profile and the environment's training plan, "
         "with early stopping on its validation split (the steps column says whether it or the "
@@ -123,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if ok else 3
 
 
-def _cached(dep: Deployment, name: str, out: Path, base_manifest: dict) -> TrainResult | None:
+def _cached(
+    dep: Deployment, name: str, out: Path, base_manifest: BaseManifest
+) -> TrainResult | None:
     """The archive already trained for this entry, settings and base; None when there is none.
 
     The reuse rule is the local platform's own (``cached_adapter``), so this table and
@@ -134,10 +136,10 @@ def _cached(dep: Deployment, name: str, out: Path, base_manifest: dict) -> Train
 
     if cached_adapter(dep, name, out, base_manifest, None) is not None:
         return None
-    manifest = json.loads((out / name / "manifest.json").read_text())
+    manifest = AdapterManifest.read(out / name)
     archive = out / f"{name}.tar.gz"
-    return TrainResult(name, archive, sha256_file(archive), manifest,
-                       float(manifest["training"]["seconds"]))  # fmt: skip
+    seconds = manifest.training.seconds if manifest.training else None
+    return TrainResult(name, archive, sha256_file(archive), manifest, float(seconds or 0.0))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,14 @@ import yaml
 from moto import mock_aws
 
 from config import CATALOG_PATH, load_deployment
-from config.compat import tokenizer_sha256
+from contracts.compat import tokenizer_sha256
+from contracts.manifests import (
+    AdapterManifest,
+    BaseRef,
+    MergedAdapter,
+    MergedFiles,
+    MergedManifest,
+)
 from infra.release import BASE_MANIFEST, STEPS, Release, ReleaseError, Tools
 from tests.infra.conftest import CONFIG, edited_config, synth_in_process
 from training.package import pack, sha256_file, write_manifest
@@ -131,19 +138,19 @@ class FakeTools(Tools):
                 return sha256_file(path)
         raise AssertionError(f"no archive of {adapter} was made")
 
-    def merge(self, base_dir: Path, archive: Path, out: Path) -> dict:
+    def merge(self, base_dir: Path, archive: Path, out: Path) -> MergedManifest:
         """What training.merge leaves: weights and the merged manifest."""
         self.calls.append(("merge", archive.name))
         out.mkdir(parents=True)
         (out / "model.safetensors").write_bytes(b"merged" * 8)
-        manifest = {
-            "merged": {"files": {"model.safetensors": sha256_file(out / "model.safetensors")}},
-            "adapter": {
-                "name": archive.name.removesuffix(".tar.gz"),
-                "sha256": sha256_file(archive),
-            },
-        }
-        (out / "merged_manifest.json").write_text(json.dumps(manifest))
+        manifest = MergedManifest(
+            merged=MergedFiles(files={"model.safetensors": sha256_file(out / "model.safetensors")}),
+            base=BaseRef(model_id="base"),
+            adapter=MergedAdapter(
+                name=archive.name.removesuffix(".tar.gz"), version="1", sha256=sha256_file(archive)
+            ),
+        )
+        manifest.dump(out)
         return manifest
 
     def smoke(self, env: str) -> int:
@@ -197,13 +204,24 @@ def make_archive(directory: Path, name: str, dep) -> Path:
     from training.datasets import for_entry
 
     split, identity = for_entry(entry, CATALOG_PATH.parent)
-    write_manifest(work, {
-        "name": name, "version": entry.version,
-        "dataset": {"sha256": split.sha256(), **identity},
-        "base": {"model_id": dep.base.model_id, "revision": dep.base.revision,
-                 "tokenizer_sha256": _fake_tokenizer_sha256()},
-        "eval": GATE, "training": {"job_name": job_name(name)},
-    })  # fmt: skip
+    write_manifest(
+        work,
+        AdapterManifest.parse(
+            {
+                "name": name,
+                "version": entry.version,
+                "dataset": {"sha256": split.sha256(), **identity},
+                "base": {
+                    "model_id": dep.base.model_id,
+                    "revision": dep.base.revision,
+                    "tokenizer_sha256": _fake_tokenizer_sha256(),
+                },
+                "eval": GATE,
+                "training": {"job_name": job_name(name)},
+            },
+            "the test's manifest",
+        ),
+    )
     archive = directory / f"{name}.tar.gz"
     pack(work, archive)
     return archive
@@ -589,9 +607,7 @@ def test_a_canary_must_be_published_and_approved_before_the_release_deploys_it(s
 
     work = setup["tmp"] / "canary" / a.name
     manifest = read_manifest(archive)
-    write_manifest(
-        work, {**{k: v for k, v in manifest.items() if k != "files"}, "version": "1.1.0"}
-    )
+    write_manifest(work, manifest.model_copy(update={"version": "1.1.0"}))
     pack(work, archive)
     from training.publish import publish
 

@@ -98,7 +98,7 @@ def test_the_bundle_runs_the_web_app() -> None:
 def test_streams_that_fail_after_their_200_are_alarmed(dev_templates) -> None:
     """API Gateway counts a failed stream as a success (its status went out first), so the
     router's own count of them pages, like the 5XXError alarm does for buffered answers."""
-    from lambda_proxy.handler import NAMESPACE, SERVICE
+    from lambda_proxy.telemetry import NAMESPACE, SERVICE
 
     alarms = resources(dev_templates["lora-dev-observability"], "AWS::CloudWatch::Alarm")
     (stream,) = [a["Properties"] for a in alarms.values()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.manifests import BaseManifest
 from infra.serving import component_log_group_name
 from tests.infra.conftest import resolve, resources
 
@@ -175,7 +176,7 @@ def test_the_model_server_deadline_outlasts_the_routers_longest(dev_templates, t
     env = _model(dev_templates)["PrimaryContainer"]["Environment"]
     assert float(env["OPTION_REQUEST_TIMEOUT_S"]) == dep.env.router.stream_deadline_s == 120
     local = load_deployment("local")
-    (tmp_path / "base_manifest.json").write_text('{"tokenizer_sha256": "0"}')
+    BaseManifest(model_id="local/base", tokenizer_sha256="0" * 64).dump(tmp_path)
     served = runtime_environment(local, tmp_path, tmp_path)
     routed = router_environment(local)
     assert float(served["OPTION_REQUEST_TIMEOUT_S"]) >= float(routed["STREAM_DEADLINE_S"]) == 120
@@ -260,3 +261,58 @@ def test_copy_scaling_uses_application_auto_scalings_service_linked_role(dev_tem
     )
     roles = resources(template, "AWS::IAM::Role")
     assert [lid for lid in roles if "ExecutionRole" not in lid] == [], "a role nothing uses"
+
+
+#: What the local platform's runtime sets on top of the deployment's settings
+#: (local/platform.py ``_local_runtime``): its own work directory, the CPU build's KV cache in
+#: host memory, and the base's tokenizer hash from the builder's manifest where the catalog
+#: pins none.
+LOCAL_RUNTIME_ONLY = {"OPTION_WORK_DIR", "OPTION_CPU_KVCACHE_GIB", "BASE_TOKENIZER_SHA256"}
+#: What only the Lambda's environment holds: the web adapter's and Powertools' variables, and
+#: the connections the stack makes (Redis, its secret); the local gateway gets its own.
+ROUTER_FUNCTION_ONLY = {
+    "AWS_LAMBDA_EXEC_WRAPPER",
+    "AWS_LWA_INVOKE_MODE",
+    "AWS_LWA_PORT",
+    "AWS_LWA_READINESS_CHECK_PATH",
+    "POWERTOOLS_SERVICE_NAME",
+    "POWERTOOLS_METRICS_NAMESPACE",
+    "POWERTOOLS_LOG_LEVEL",
+    "REDIS_URL",
+    "REDIS_SECRET_ARN",
+}
+
+
+def _without(env: dict[str, str], names: set[str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in names}
+
+
+def test_the_local_platform_runs_the_environments_the_template_holds(
+    dev_templates, tmp_path
+) -> None:
+    """local/platform.py once built the runtime's environment on its own: ``"auto"`` for the
+    base's dtype, ``max_loras or 4`` for the planner's slots, no OPTION_QUANTIZATION, so the
+    local platform did not run the configuration it stands in for. Fed the same deployment, it
+    must now write what the synthesized template holds, apart from the fields named above."""
+    from config import load_deployment
+    from local.platform import merged_runtime_environment, router_environment, runtime_environment
+
+    dep = load_deployment("dev")
+    BaseManifest(model_id="local/base", tokenizer_sha256="0" * 64).dump(tmp_path)
+    template = _model(dev_templates)["PrimaryContainer"]["Environment"]
+    local = runtime_environment(dep, tmp_path, tmp_path)
+    assert _without(local, LOCAL_RUNTIME_ONLY) == _without(template, LOCAL_RUNTIME_ONLY)
+    assert {"OPTION_DTYPE", "OPTION_QUANTIZATION", "OPTION_MAX_LORAS"} <= set(template)
+    assert set(local) - set(template) <= LOCAL_RUNTIME_ONLY
+
+    (fn,) = resources(dev_templates["lora-dev-router"], "AWS::Lambda::Function").values()
+    variables = fn["Properties"]["Environment"]["Variables"]
+    assert router_environment(dep) == _without(variables, ROUTER_FUNCTION_ONLY)
+
+    from infra.serving import merged_environment
+
+    merged = merged_runtime_environment(dep, tmp_path, tmp_path)
+    assert _without(merged, LOCAL_RUNTIME_ONLY) == _without(
+        merged_environment(dep), LOCAL_RUNTIME_ONLY
+    )
+    assert merged["OPTION_ENABLE_LORA"] == "false" and "OPTION_MAX_LORAS" not in merged

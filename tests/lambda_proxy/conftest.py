@@ -26,9 +26,10 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")  # never real: nothing leaves this machine
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 
+from contracts.settings import RouterSettings
 from lambda_proxy import handler as h
+from lambda_proxy import service
 from lambda_proxy.cache import ResponseCache
-from lambda_proxy.settings import RouterSettings
 from tests.fakes import free_port
 
 ALLOWED_ROLE = "arn:aws:sts::123456789012:assumed-role/clinic-north/session-1"
@@ -118,9 +119,9 @@ def router(sagemaker, redis_client):
     cache = ResponseCache(redis_client, ttl_s=72 * 3600)
     settings = RouterSettings(routing_table=TABLE, max_new_tokens_cap=256, max_stop_sequences=2,
                               max_body_bytes=4096)  # fmt: skip
-    h.configure(h.Dependencies(settings=settings, cache=cache, client=client))
+    service.configure(service.Dependencies(settings=settings, cache=cache, client=client))
     yield stub, cache
-    h.configure(None)
+    service.configure(None)
 
 
 def routed(cache: Any, client: Any, **changes: dict[str, Any]) -> dict[str, Any]:
@@ -129,7 +130,7 @@ def routed(cache: Any, client: Any, **changes: dict[str, Any]) -> dict[str, Any]
     table = copy.deepcopy(TABLE)
     for name, fields in changes.items():
         table["adapters"][name].update(fields)
-    h.configure(h.Dependencies(RouterSettings(routing_table=table), cache, client))
+    service.configure(service.Dependencies(RouterSettings(routing_table=table), cache, client))
     return table
 
 
@@ -190,6 +191,14 @@ def error_bodies(request, monkeypatch):
         seen.append(out[2].decode())
         return out
 
+    real_stream_refusal = streaming.refusal
+
+    def scanned_stream_refusal(*args: Any) -> tuple[int, dict[str, str], bytes]:
+        out = real_stream_refusal(*args)
+        seen.append(out[2].decode())
+        return out
+
+    monkeypatch.setattr(streaming, "refusal", scanned_stream_refusal)
     monkeypatch.setattr(h, "handler", scanned_handler)
     monkeypatch.setattr(streaming._Format, "error", scanned_error)
     if hasattr(streaming.Stream, "refusal"):

@@ -13,7 +13,7 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.response import StreamingBody
 
-from lambda_proxy import handler as h
+from lambda_proxy import service
 from lambda_proxy.cache import ResponseCache
 from tests.lambda_proxy.conftest import call, event, routed
 
@@ -105,7 +105,7 @@ def test_a_ten_percent_canary_takes_ten_percent_and_no_session_key_flips(
         # The answer names the version that served it, and that version's component served it.
         assert {next(iter(v)) for v in served.values()} == {"1.0.0", canary_version}
     finally:
-        h.configure(None)
+        service.configure(None)
 
 
 def test_requests_without_a_session_key_are_split_by_the_weight(
@@ -117,7 +117,7 @@ def test_requests_without_a_session_key_are_split_by_the_weight(
             assert _ask(None, i)[0] == 200
         assert sm.calls["lora-test-medical-canary"] == 100
     finally:
-        h.configure(None)
+        service.configure(None)
 
 
 def test_a_failing_canary_is_rolled_back_within_its_window_and_stable_never_fails(
@@ -138,7 +138,7 @@ def test_a_failing_canary_is_rolled_back_within_its_window_and_stable_never_fail
         assert outcomes[("canary", 502)] == canary["min_requests"]
         assert outcomes[("1.0.0", 200)] == 1000 - canary["min_requests"]
     finally:
-        h.configure(None)
+        service.configure(None)
     out = capsys.readouterr().out
     emitted = [json.loads(line) for line in out.splitlines() if '"_aws"' in line]
     counted = [m["CanaryRollback"] for m in emitted if "CanaryRollback" in m]
@@ -184,7 +184,7 @@ def test_the_openai_user_is_a_session_key(redis_client, canary_version) -> None:
         assert all(len(v) == 1 for v in fingerprints.values()), fingerprints
         assert sm.calls["lora-test-medical-canary"] == 30  # 3 of 6 users, 10 requests each
     finally:
-        h.configure(None)
+        service.configure(None)
 
 
 def test_without_redis_a_session_key_still_keeps_its_version(own_redis, canary_version) -> None:
@@ -199,7 +199,7 @@ def test_without_redis_a_session_key_still_keeps_its_version(own_redis, canary_v
             assert status == 200, body
             served[f"k{i % 30}"].add(body["version"])
     finally:
-        h.configure(None)
+        service.configure(None)
     assert all(len(v) == 1 for v in served.values()), served
     assert 0 < sm.calls["lora-test-medical-canary"] < 300
 
@@ -222,7 +222,7 @@ def test_a_canary_answer_is_cached_under_its_own_version(redis_client, canary_ve
             assert (body["version"], body["cache"]) == (versions[key], "hit")
         assert sum(sm.calls.values()) == 2  # one miss per version
     finally:
-        h.configure(None)
+        service.configure(None)
 
 
 def test_a_busy_canary_is_not_rolled_back(redis_client, canary_version) -> None:
@@ -240,7 +240,7 @@ def test_a_busy_canary_is_not_rolled_back(redis_client, canary_version) -> None:
         assert statuses == {200: 50, 503: 50}, statuses
         assert sm.calls["lora-test-medical-canary"] == 50, "never rolled back"
     finally:
-        h.configure(None)
+        service.configure(None)
 
 
 def test_a_rolled_back_canary_stays_off_and_the_fallback_learns_it(
@@ -262,8 +262,8 @@ def test_a_rolled_back_canary_stays_off_and_the_fallback_learns_it(
 
 
 def test_timeouts_and_sagemakers_own_failures_are_not_the_canarys() -> None:
-    from lambda_proxy.handler import canary_fault
     from lambda_proxy.sagemaker import InvokeError, container_error
+    from lambda_proxy.service import canary_fault
 
     assert canary_fault(container_error(500, "CUDA error"))
     assert canary_fault(InvokeError(502, "x", "BadModelOutput"))
@@ -287,7 +287,7 @@ def test_a_lone_surrogate_in_the_openai_user_is_a_400_not_a_crash(redis_client) 
         ev["headers"]["X-Session-Key"] = "\ud800"  # a header too: hashed, never a 500
         assert call(ev)[0] != 500
     finally:
-        h.configure(None)
+        service.configure(None)
 
 
 def test_a_canary_component_not_there_yet_or_any_more_falls_back_to_stable(
@@ -307,4 +307,4 @@ def test_a_canary_component_not_there_yet_or_any_more_falls_back_to_stable(
         assert {(s, b["version"]) for s, b in answers} == {(200, "1.0.0")}
         assert sm.calls["lora-test-medical-canary"] == 10  # tried, then stable
     finally:
-        h.configure(None)
+        service.configure(None)

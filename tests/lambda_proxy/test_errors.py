@@ -16,10 +16,11 @@ import openai
 import pytest
 from botocore.exceptions import ClientError
 
+from contracts.settings import RouterSettings
 from lambda_proxy import handler as h
+from lambda_proxy import service, telemetry
 from lambda_proxy.cache import ResponseCache
 from lambda_proxy.sagemaker import make_client
-from lambda_proxy.settings import RouterSettings
 from lambda_proxy.web import app
 from tests.fakes import HttpEndpoint, served
 from tests.lambda_proxy.conftest import (
@@ -104,11 +105,11 @@ def served_router(redis_client):
     client = make_client(endpoint.url, "us-east-1", 10)
     settings = RouterSettings(routing_table=TABLE, max_new_tokens_cap=256)
     cache = ResponseCache(redis_client, 60)
-    h.configure(h.Dependencies(settings, cache, client, stream_client=client))
+    service.configure(service.Dependencies(settings, cache, client, stream_client=client))
     with served(app) as url:
         yield url, endpoint
     endpoint.close()
-    h.configure(None)
+    service.configure(None)
 
 
 def _context_headers() -> dict[str, str]:
@@ -153,7 +154,7 @@ class NotReady:
 
 def test_a_stream_whose_component_is_not_ready_answers_503_with_retry_after(served_router) -> None:
     url, _ = served_router
-    h.deps().stream_client = NotReady()
+    service.deps().stream_client = NotReady()
     body = {**_body(), "stream": True}
     r = httpx.post(f"{url}/v1/adapters/medical/generate", json=body, headers=_context_headers())
     assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1
@@ -179,7 +180,7 @@ class Answers:
 
 def _configure(redis_client, client: Any, table: dict[str, Any] | None = None) -> None:
     settings = RouterSettings(routing_table=table or TABLE, max_new_tokens_cap=256)
-    h.configure(h.Dependencies(settings, ResponseCache(redis_client, 60), client))
+    service.configure(service.Dependencies(settings, ResponseCache(redis_client, 60), client))
 
 
 @pytest.mark.parametrize(
@@ -196,7 +197,7 @@ def test_a_200_that_is_not_an_answer_is_a_502_and_never_cached(redis_client, sha
         status, out = call(event(body=body))
         assert status == 502 and out["code"] in ("BadModelOutput", "ModelError"), out
     assert fake.calls == 2  # the first was not cached
-    h.configure(None)
+    service.configure(None)
 
 
 def test_an_answer_is_cached_only_from_the_weights_the_catalog_pins(redis_client) -> None:
@@ -220,7 +221,7 @@ def test_an_answer_is_cached_only_from_the_weights_the_catalog_pins(redis_client
     )
     _configure(redis_client, fake, table)
     assert call(event(body=body))[1]["cache"] == "miss" and fake.calls == 4
-    h.configure(None)
+    service.configure(None)
 
 
 def test_a_streams_artifact_mismatch_is_counted_on_its_own_not_in_the_next_requests_metrics(
@@ -229,12 +230,12 @@ def test_a_streams_artifact_mismatch_is_counted_on_its_own_not_in_the_next_reque
     from lambda_proxy import streaming
 
     counted: list[str] = []
-    monkeypatch.setattr(streaming, "_count", lambda name, *a, **k: counted.append(name))
+    monkeypatch.setattr(streaming, "count_now", lambda name, *a, **k: counted.append(name))
     _configure(redis_client, Answers())
-    prep = h.Prepared("public", "2.0.0", "c", {}, f"k-{uuid.uuid4().hex}", True)
+    prep = service.Prepared("public", "2.0.0", "c", {}, f"k-{uuid.uuid4().hex}", True)
     stale = {"generated_text": "x", "finish_reason": "stop",
              "artifact": {"name": "public", "version": "1.9.9"}}  # fmt: skip
-    h.remember(prep, "miss", stale, count=streaming._count)
+    service.remember(prep, "miss", stale, count=streaming.count_now)
     assert counted == ["ArtifactMismatch"]
-    assert "ArtifactMismatch" not in h.metrics.metric_set
-    h.configure(None)
+    assert "ArtifactMismatch" not in telemetry.metrics.metric_set
+    service.configure(None)

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lambda_proxy import handler as h
+from lambda_proxy import service
 from tests.lambda_proxy.conftest import Context, event, model_answer
 
 #: Text as JSON can carry it: with lone surrogates, which no UTF-8 encoder takes.
@@ -146,8 +147,8 @@ class Answering:
 def test_malformed_openai_requests(router, body, path) -> None:
     """Some of these are valid requests (the container answers them); none is a 5xx."""
     _, cache = router
-    settings_ = h.deps().settings
-    h.configure(h.Dependencies(settings_, cache, Answering()))
+    settings_ = service.deps().settings
+    service.configure(service.Dependencies(settings_, cache, Answering()))
     out = h.handler(event(body=body, path=path), Context())
     assert out["statusCode"] == 200 or 400 <= out["statusCode"] < 500, out
     assert isinstance(json.loads(out["body"]), dict)

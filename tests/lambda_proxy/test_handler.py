@@ -10,7 +10,8 @@ import uuid
 import pytest
 from botocore.stub import ANY
 
-from lambda_proxy import handler as h
+from contracts.settings import RouterSettings
+from lambda_proxy import service
 from lambda_proxy.cache import ResponseCache
 from lambda_proxy.sagemaker import MAX_ATTEMPTS, RETRYABLE_CODES, make_client
 from tests.lambda_proxy.conftest import OTHER_ROLE, call, event, model_answer
@@ -142,8 +143,8 @@ def test_timeout_is_504(router) -> None:
     ).start()
     client = make_client(f"http://127.0.0.1:{port}", "us-east-1", deadline_s=1.0)
     client.meta.config.retries = {"max_attempts": 1}
-    deps = h.deps()
-    h.configure(h.Dependencies(settings=deps.settings, cache=cache, client=client))
+    deps = service.deps()
+    service.configure(service.Dependencies(settings=deps.settings, cache=cache, client=client))
     try:
         status, out = call(event(body=_body()))
     finally:
@@ -154,11 +155,11 @@ def test_timeout_is_504(router) -> None:
 def test_redis_down_mid_run_bypasses_and_still_answers(sagemaker, own_redis) -> None:
     client, stub = sagemaker
     proc, rc = own_redis
-    from lambda_proxy.settings import RouterSettings
+    from contracts.settings import RouterSettings
     from tests.lambda_proxy.conftest import TABLE
 
-    h.configure(
-        h.Dependencies(RouterSettings(routing_table=TABLE), ResponseCache(rc, 3600), client)
+    service.configure(
+        service.Dependencies(RouterSettings(routing_table=TABLE), ResponseCache(rc, 3600), client)
     )
     try:
         body = _body()
@@ -170,9 +171,9 @@ def test_redis_down_mid_run_bypasses_and_still_answers(sagemaker, own_redis) -> 
         _expect(stub)
         status, out = call(event(body=body))
         assert status == 200 and out["cache"] == "bypass"
-        assert h.deps().cache.failures >= 1
+        assert service.deps().cache.failures >= 1
     finally:
-        h.configure(None)
+        service.configure(None)
 
 
 def test_cache_key_covers_adapter_version_and_base_revision() -> None:
@@ -193,11 +194,11 @@ def test_cache_key_covers_adapter_version_and_base_revision() -> None:
 
 def test_an_operator_principal_may_call_every_adapter_and_no_one_else_gains(router) -> None:
     stub, _ = router
-    settings = h.deps().settings
+    settings = service.deps().settings
     table = {**settings.routing_table,
              "operators": ["arn:aws:iam::123456789012:role/intruder"]}  # fmt: skip
-    h.configure(h.Dependencies(settings=h.RouterSettings(routing_table=table),
-                               cache=h.deps().cache, client=h.deps().client))  # fmt: skip
+    service.configure(service.Dependencies(settings=RouterSettings(routing_table=table),
+                               cache=service.deps().cache, client=service.deps().client))  # fmt: skip
     _expect(stub)
     status, out = call(event(body=_body(), arn=OTHER_ROLE))  # the role intruder's session
     assert status == 200, out
@@ -227,7 +228,7 @@ def _chat(**fields) -> dict:
 )
 def test_text_that_does_not_encode_is_a_400_before_the_quota_is_charged(router, route) -> None:
     spent = []
-    quotas = h.deps().quotas
+    quotas = service.deps().quotas
     real = quotas.check
     quotas.check = lambda *a, **k: spent.append(a) or real(*a, **k)  # type: ignore[method-assign]
     status, out = call(route())

@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from lambda_proxy import handler as h
-from lambda_proxy.settings import RouterSettings
+from contracts.settings import RouterSettings
+from lambda_proxy import service
 from tests.lambda_proxy.conftest import TABLE, call, event, model_answer, routed
 
 OWN = "123456789012"
@@ -48,7 +48,9 @@ def test_another_accounts_tenant_is_admitted_only_when_named_with_its_account(
     stub, cache = router
     table = json.loads(json.dumps(TABLE))
     table["adapters"]["medical"]["tenants"] = [f"{FOREIGN}:clinic-north"]
-    h.configure(h.Dependencies(RouterSettings(routing_table=table), cache, sagemaker[0]))
+    service.configure(
+        service.Dependencies(RouterSettings(routing_table=table), cache, sagemaker[0])
+    )
     _expect(stub)
     assert (
         call(event(body=_body(), arn=f"arn:aws:sts::{FOREIGN}:assumed-role/clinic-north/x"))[0]
@@ -81,7 +83,9 @@ def test_a_cached_answer_is_private_to_the_tenant_that_asked(router, sagemaker) 
     stub, cache = router
     table = json.loads(json.dumps(TABLE))
     table["adapters"]["medical"]["tenants"] = ["clinic-north", "clinic-south"]
-    h.configure(h.Dependencies(RouterSettings(routing_table=table), cache, sagemaker[0]))
+    service.configure(
+        service.Dependencies(RouterSettings(routing_table=table), cache, sagemaker[0])
+    )
     body = _body()
     north = f"arn:aws:sts::{OWN}:assumed-role/clinic-north/a"
     south = f"arn:aws:sts::{OWN}:assumed-role/clinic-south/b"
@@ -97,7 +101,9 @@ def test_shared_and_off_cache_modes(router, sagemaker) -> None:
     table = json.loads(json.dumps(TABLE))
     table["adapters"]["public"]["cache"] = "shared"
     table["adapters"]["medical"]["cache"] = "off"
-    h.configure(h.Dependencies(RouterSettings(routing_table=table), cache, sagemaker[0]))
+    service.configure(
+        service.Dependencies(RouterSettings(routing_table=table), cache, sagemaker[0])
+    )
     body = _body()
     a = f"arn:aws:sts::{OWN}:assumed-role/clinic-north/a"
     b = f"arn:aws:sts::{OWN}:assumed-role/someone/b"
@@ -112,7 +118,9 @@ def test_shared_and_off_cache_modes(router, sagemaker) -> None:
 @pytest.mark.parametrize("depth", [1_500, 100_000])
 def test_deeply_nested_json_is_a_400(router, sagemaker, depth) -> None:
     _, cache = router
-    h.configure(h.Dependencies(RouterSettings(routing_table=TABLE), cache, sagemaker[0]))
+    service.configure(
+        service.Dependencies(RouterSettings(routing_table=TABLE), cache, sagemaker[0])
+    )
     deep = "[" * depth + "]" * depth
     status, out = call(event(body='{"inputs": "x", "parameters": ' + deep + "}"))
     assert status == 400, out
@@ -131,7 +139,7 @@ def test_a_cache_entry_that_is_not_an_object_is_a_miss(router, redis_client) -> 
 def test_the_cap_bounds_the_default_number_of_new_tokens(router, sagemaker) -> None:
     stub, cache = router
     settings = RouterSettings(routing_table=TABLE, max_new_tokens_cap=16)
-    h.configure(h.Dependencies(settings, cache, sagemaker[0]))
+    service.configure(service.Dependencies(settings, cache, sagemaker[0]))
     sent = {}
 
     def capture(body) -> bool:
@@ -173,14 +181,6 @@ def test_sampling_parameters_outside_the_runtimes_bounds_are_a_400(router, param
     assert status == 400 and out["details"][0]["field"].startswith("parameters.")
 
 
-def test_the_router_and_the_runtime_share_their_sampling_bounds() -> None:
-    from lambda_proxy import schema
-    from runtime import request
-
-    assert schema.MIN_TEMPERATURE == request.MIN_TEMPERATURE
-    assert schema.REPETITION_PENALTY == request.REPETITION_PENALTY
-
-
 def test_health_needs_a_caller_and_shows_details_to_operators_only(router) -> None:
     assert call(event("GET", "/health", arn=None))[0] == 403
     status, out = call(event("GET", "/health"))
@@ -188,7 +188,7 @@ def test_health_needs_a_caller_and_shows_details_to_operators_only(router) -> No
     operator = f"arn:aws:iam::{OWN}:role/ops"
     table = {**TABLE, "operators": [operator]}
     _, cache = router
-    h.configure(h.Dependencies(RouterSettings(routing_table=table), cache, None))
+    service.configure(service.Dependencies(RouterSettings(routing_table=table), cache, None))
     status, out = call(event("GET", "/health", arn=f"arn:aws:sts::{OWN}:assumed-role/ops/s"))
     assert status == 200 and out["endpoint"] == "lora-test-endpoint" and out["adapters"] == 3
 
@@ -204,7 +204,9 @@ def test_an_iam_user_is_not_the_role_of_the_same_name(router, sagemaker) -> None
     _expect(stub)
     assert call(event(body=body, arn=user))[1]["cache"] == "miss", "the role's cached answer"
     # A catalog that names only the role does not admit the user.
-    h.configure(h.Dependencies(RouterSettings(routing_table=TABLE), cache, sagemaker[0]))
+    service.configure(
+        service.Dependencies(RouterSettings(routing_table=TABLE), cache, sagemaker[0])
+    )
     assert call(event(body=_body(), arn=user))[0] == 404
 
 
@@ -218,7 +220,7 @@ def _claiming(arn: str, claim: str) -> dict:
 def test_a_tenant_claim_is_a_name_in_the_callers_own_account(router, sagemaker) -> None:
     stub, cache = router
     settings = RouterSettings(routing_table=TABLE, trust_tenant_claim=True)
-    h.configure(h.Dependencies(settings, cache, sagemaker[0]))
+    service.configure(service.Dependencies(settings, cache, sagemaker[0]))
     # This account's caller claiming clinic-north is clinic-north ...
     _expect(stub)
     assert call(_claiming(f"arn:aws:sts::{OWN}:assumed-role/app/s", "clinic-north"))[0] == 200

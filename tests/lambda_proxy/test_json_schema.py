@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from lambda_proxy import handler as h
+from contracts.settings import RouterSettings
+from lambda_proxy import service
 from lambda_proxy.cache import ResponseCache
-from lambda_proxy.settings import RouterSettings
 from tests.lambda_proxy.conftest import TABLE, call, event, model_answer
 
 RECORD = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
@@ -36,10 +36,10 @@ def recorder(redis_client):
     table["adapters"]["medical"]["json_schema"] = RECORD  # the catalog's default
     fake = Recorder()
     settings = RouterSettings(routing_table=table, max_new_tokens_cap=256, max_body_bytes=200_000)
-    h.configure(h.Dependencies(settings=settings, cache=ResponseCache(redis_client, 3600),
+    service.configure(service.Dependencies(settings=settings, cache=ResponseCache(redis_client, 3600),
                                client=fake))  # fmt: skip
     yield fake
-    h.configure(None)
+    service.configure(None)
 
 
 def _ask(**params: Any) -> tuple[int, dict[str, Any]]:

@@ -11,10 +11,11 @@ import uuid
 
 import redis
 
+from contracts.settings import RouterSettings
 from lambda_proxy import handler as h
+from lambda_proxy import service
 from lambda_proxy.cache import ResponseCache
 from lambda_proxy.quota import WINDOW_S, Limits, Quotas, prompt_tokens_estimate
-from lambda_proxy.settings import RouterSettings
 from tests.lambda_proxy.conftest import TABLE, Context, call, event, model_answer, routed
 
 NOW = 1_800_000_010.0  # 10 s into a window
@@ -77,7 +78,9 @@ def test_the_router_answers_429_with_retry_after_and_never_calls_sagemaker(
     stub, cache = router
     table = json.loads(json.dumps(TABLE))
     table["adapters"]["medical"]["quota"] = {"requests_per_minute": 1}
-    h.configure(h.Dependencies(RouterSettings(routing_table=table), cache, sagemaker[0]))
+    service.configure(
+        service.Dependencies(RouterSettings(routing_table=table), cache, sagemaker[0])
+    )
     # Quotas are per tenant (the role), so a role name no other run has spent.
     name = f"quota-{uuid.uuid4().hex[:8]}"
     role = f"arn:aws:sts::123456789012:assumed-role/{name}/s"
@@ -165,7 +168,7 @@ def test_with_redis_down_a_tenant_over_its_fallback_limit_gets_429_others_are_se
     # per request (redis-py's default retries took seconds per request).
     elapsed = time.perf_counter() - t0
     assert elapsed < 1.5, f"a dead Redis cost {elapsed:.2f} s over four requests"
-    h.configure(None)
+    service.configure(None)
 
 
 def test_the_429_names_the_limit_that_ran_out(redis_client) -> None:

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from lambda_proxy import handler as h
+from contracts.settings import RouterSettings
+from lambda_proxy import service
 from lambda_proxy.cache import ResponseCache
-from lambda_proxy.settings import RouterSettings
 from lambda_proxy.web import app
 from tests.fakes import served
 from tests.lambda_proxy.conftest import ALLOWED_ROLE, TABLE, model_answer
@@ -80,14 +80,16 @@ def _configure(redis_client, **settings: Any) -> FakeSageMaker:
     s = RouterSettings(routing_table=TABLE, max_new_tokens_cap=256, max_body_bytes=4096,
                        **settings)  # fmt: skip
     cache = ResponseCache(redis_client, ttl_s=3600)
-    h.configure(h.Dependencies(settings=s, cache=cache, client=fake, stream_client=fake))
+    service.configure(
+        service.Dependencies(settings=s, cache=cache, client=fake, stream_client=fake)
+    )
     return fake
 
 
 @pytest.fixture
 def sagemaker(redis_client) -> Iterator[FakeSageMaker]:
     yield _configure(redis_client)
-    h.configure(None)
+    service.configure(None)
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +204,7 @@ def test_a_buffered_refusal_keeps_its_headers(url, redis_client) -> None:
         first = httpx.post(f"{url}/v1/adapters/public/generate", json=body, headers=caller)
         second = httpx.post(f"{url}/v1/adapters/public/generate", json=body, headers=caller)
     finally:
-        h.configure(None)
+        service.configure(None)
     assert first.status_code == 200
     assert second.status_code == 429 and int(second.headers["retry-after"]) > 0
 
@@ -240,7 +242,7 @@ def test_a_stream_that_fails_ends_with_an_error_event_and_is_not_cached(
     import lambda_proxy.streaming as streaming
 
     counted: list[str] = []
-    monkeypatch.setattr(streaming, "_count", lambda name, *a, **k: counted.append(name))
+    monkeypatch.setattr(streaming, "count_now", lambda name, *a, **k: counted.append(name))
     prompt = f"pt {time.time_ns()}"
     sagemaker.script("Patient is", end=end)
     events = _stream(url, {"inputs": prompt, "stream": True})
@@ -259,7 +261,7 @@ def test_a_stream_past_its_deadline_ends_with_a_504_event(url, redis_client) -> 
         fake.script("x" * 300, delay=0.02)  # 100 pieces, 2 s
         events = _stream(url, {"inputs": f"pt {time.time_ns()}", "stream": True})
     finally:
-        h.configure(None)
+        service.configure(None)
     assert events[-1][0] == "error" and events[-1][1]["status"] == 504
     assert fake.streams[-1].closed.wait(5)
 
@@ -305,7 +307,7 @@ def test_a_failed_canary_stream_counts_toward_its_rollback_and_keys_keep_their_v
     import lambda_proxy.streaming as streaming
 
     counted: list[str] = []
-    monkeypatch.setattr(streaming, "_count", lambda name, *a, **k: counted.append(name))
+    monkeypatch.setattr(streaming, "count_now", lambda name, *a, **k: counted.append(name))
     version = f"1.1.0-{uuid.uuid4().hex[:8]}"
     table = copy.deepcopy(TABLE)
     table["adapters"]["medical"]["canary"] = {
@@ -313,7 +315,7 @@ def test_a_failed_canary_stream_counts_toward_its_rollback_and_keys_keep_their_v
         "max_error_rate": 0.05, "window_s": 60, "min_requests": 1}  # fmt: skip
     fake = FakeSageMaker()
     s = RouterSettings(routing_table=table, max_new_tokens_cap=256, max_body_bytes=4096)
-    h.configure(h.Dependencies(settings=s, cache=ResponseCache(redis_client, ttl_s=60),
+    service.configure(service.Dependencies(settings=s, cache=ResponseCache(redis_client, ttl_s=60),
                                client=fake, stream_client=fake))  # fmt: skip
 
     def stream(key: str) -> list[tuple[str, dict[str, Any]]]:
@@ -335,4 +337,4 @@ def test_a_failed_canary_stream_counts_toward_its_rollback_and_keys_keep_their_v
         assert (kind, done["version"]) == ("done", "1.0.0")
         assert fake.requests[-1]["InferenceComponentName"] == "lora-test-medical"
     finally:
-        h.configure(None)
+        service.configure(None)

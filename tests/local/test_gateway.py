@@ -54,7 +54,7 @@ def _base_answer(_calls: int, _body: bytes) -> tuple[int, dict[str, str], bytes]
 
 @pytest.fixture
 def gateway(tmp_path, monkeypatch):
-    from lambda_proxy import handler
+    from lambda_proxy import service
 
     for name in (
         "ROUTING_TABLE_FILE",
@@ -73,7 +73,7 @@ def gateway(tmp_path, monkeypatch):
     with TestClient(create_app(gw), base_url="http://127.0.0.1:8000") as client:
         yield client, endpoint
     endpoint.close()
-    handler.configure(None)
+    service.configure(None)
     settings.cache_clear()
 
 

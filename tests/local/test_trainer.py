@@ -10,8 +10,18 @@ from types import SimpleNamespace
 
 import pytest
 
+from contracts.manifests import AdapterManifest, BaseManifest, BaseRef
 from local import trainer
 from local.platform import Options, plan_adapters
+
+
+def _manifest(publishable: bool) -> AdapterManifest:
+    """What training records for an adapter, with the gate's verdict."""
+    return AdapterManifest(base=BaseRef(model_id="local/base"), eval=_verdict(publishable))
+
+
+#: A base directory's record, as training/base.py writes it.
+BASE = BaseManifest(model_id="local/base", tokenizer_sha256="0" * 64)
 
 
 def _verdict(publishable: bool) -> dict:
@@ -46,7 +56,7 @@ def test_adapters_train_in_order_and_only_publishable_ones_come_online(
         kw["log"](f"[{name}] step 10/20 eval_loss 0.5")
         seen_states.append(json.loads((opts.state_dir / trainer.STATUS_FILE).read_text()))
         kw["log"](f"[{name}] evaluating the adapter on 64 test examples")
-        return SimpleNamespace(manifest={"eval": _verdict(verdicts[name])}, seconds=1.0)
+        return SimpleNamespace(manifest=_manifest(verdicts[name]), seconds=1.0)
 
     monkeypatch.setattr("training.train.train", fake_train)
     names = list(verdicts)
@@ -70,7 +80,7 @@ def test_a_failing_training_is_reported_and_the_rest_go_on(
     def fake_train(name, **kw):
         if name == "sales-json":
             raise RuntimeError("out of memory")
-        return SimpleNamespace(manifest={"eval": _verdict(True)}, seconds=1.0)
+        return SimpleNamespace(manifest=_manifest(True), seconds=1.0)
 
     monkeypatch.setattr("training.train.train", fake_train)
     declared = []
@@ -93,15 +103,15 @@ def test_the_plan_holds_back_a_cached_adapter_that_failed_its_gate(opts, monkeyp
         (out / a.name).mkdir(parents=True)
         (out / f"{a.name}.tar.gz").write_bytes(b"x")
         publishable = a is dep.adapters[0]
-        (out / a.name / "manifest.json").write_text(json.dumps({"eval": _verdict(publishable)}))
+        _manifest(publishable).dump(out / a.name)
     monkeypatch.setattr("local.platform.cached_adapter", lambda dep, name, *a: (
         None if name in {x.name for x in dep.adapters[:2]} else "no artifact yet"))  # fmt: skip
-    plan = plan_adapters(dep, opts, base_manifest={})
+    plan = plan_adapters(dep, opts, base_manifest=BASE)
     assert list(plan.ready) == [dep.adapters[0].name]
     assert list(plan.held) == [dep.adapters[1].name] and "below" in plan.held[dep.adapters[1].name]
     assert len(plan.todo) == len(dep.adapters) - 2
     opts.serve_unpublishable = True
-    served = plan_adapters(dep, opts, base_manifest={})
+    served = plan_adapters(dep, opts, base_manifest=BASE)
     assert len(served.ready) == 2 and served.unpublishable == [dep.adapters[1].name]
 
 
@@ -135,7 +145,7 @@ def test_entries_added_while_the_trainer_runs_are_trained_when_its_queue_ends(
     dep = load_deployment("local-quick")
     base = opts.artifacts / "base" / dep.base_key
     base.mkdir(parents=True)
-    (base / "base_manifest.json").write_text("{}")
+    BASE.dump(base)
     out = opts.artifacts / "adapters"
     trained: list[str] = []
     first, failing, *rest = [a.name for a in dep.adapters]
@@ -146,8 +156,8 @@ def test_entries_added_while_the_trainer_runs_are_trained_when_its_queue_ends(
         trained.append(name)
         (out / name).mkdir(parents=True)
         (out / f"{name}.tar.gz").write_bytes(b"x")
-        (out / name / "manifest.json").write_text(json.dumps({"eval": _verdict(True)}))
-        return SimpleNamespace(manifest={"eval": _verdict(True)}, seconds=1.0)
+        _manifest(True).dump(out / name)
+        return SimpleNamespace(manifest=_manifest(True), seconds=1.0)
 
     monkeypatch.setattr("training.train.train", fake_train)
     monkeypatch.setattr("local.platform.cached_adapter", lambda dep, name, *a: (

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from contracts.settings import RuntimeSettings
 from runtime.engine import Engine, finish_reason, with_system
 from runtime.registry import AdapterRegistry
 from runtime.request import EngineError, GenParams, GenRequest
-from runtime.settings import Settings
 
 PROMPTS = ["pt 45yo m c/o sob and cp", "Alamak, I forgot my wallet lah", "Rep: Hello there"]
 
@@ -72,9 +72,9 @@ def test_vllm_finish_reasons_in_the_runtimes_words() -> None:
 
 
 def test_a_chat_without_a_system_turn_gets_the_adapters_instruction() -> None:
-    from runtime.adapters import PromptFormat
+    from contracts.manifests import PromptFormat
 
-    fmt = PromptFormat(system="Expand the shorthand.")
+    fmt = PromptFormat(format="chat", system="Expand the shorthand.")
     user = [{"role": "user", "content": "pt 72yo f"}]
     assert with_system(user, fmt)[0] == {"role": "system", "content": "Expand the shorthand."}
     own = [{"role": "system", "content": "mine"}, *user]
@@ -96,7 +96,7 @@ class _SlowStream:
 
 
 def test_the_deadline_aborts_the_request_with_504(tiny_base) -> None:
-    engine = Engine(Settings(model_dir=tiny_base, request_timeout_s=0.3))
+    engine = Engine(RuntimeSettings(model_dir=tiny_base, request_timeout_s=0.3))
     engine.registry = AdapterRegistry(max_cpu_loras=2)
     stream = _SlowStream()
     engine.llm = SimpleNamespace(generate=lambda *a, **k: stream)
@@ -115,7 +115,7 @@ def test_the_deadline_aborts_the_request_with_504(tiny_base) -> None:
 
 
 def test_the_sampling_parameters_vllm_gets(tiny_base) -> None:
-    engine = Engine(Settings(model_dir=tiny_base))
+    engine = Engine(RuntimeSettings(model_dir=tiny_base))
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     greedy = engine.sampling_params(GenRequest(None, [1], GenParams(
         max_new_tokens=9, min_new_tokens=2, temperature=0.7, top_k=5, stop=("x",),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.manifests import AdapterManifest, BaseManifest, BaseRef, PromptFormat
 from tests.runtime.conftest import make_adapter, start_server, stop_server
 from training.merge import MERGED_MANIFEST, merge
 from training.package import pack, write_manifest
@@ -33,24 +34,24 @@ def merged_pair(tiny_base: Path, tmp_path_factory) -> tuple[Path, Path]:
     adapter = make_adapter(
         tiny_base, root / "notes", ["q_proj", "v_proj", "down_proj"], 8, 16, seed=11
     )
-    base_manifest = json.loads((tiny_base / "base_manifest.json").read_text())
+    built = BaseManifest.read(tiny_base)
     write_manifest(
         adapter,
-        {
-            "name": "notes",
-            "version": "2.0.0",
-            "base": {
-                "model_id": base_manifest["model_id"],
-                "revision": base_manifest["revision"],
-                "tokenizer_sha256": base_manifest["tokenizer_sha256"],
-            },
-            "prompt": {"format": "chat", "system": SYSTEM},
-        },
+        AdapterManifest(
+            name="notes",
+            version="2.0.0",
+            base=BaseRef(
+                model_id=built.model_id,
+                revision=built.revision,
+                tokenizer_sha256=built.tokenizer_sha256,
+            ),
+            prompt=PromptFormat(format="chat", system=SYSTEM),
+        ),
     )
     archive = root / "notes.tar.gz"
     pack(adapter, archive)
     out = merge(tiny_base, archive, root / "notes-merged", log=lambda _: None)
-    assert out["adapter"]["name"] == "notes" and out["adapter"]["sha256"]
+    assert out.adapter.name == "notes" and out.adapter.sha256
     return adapter, root / "notes-merged"
 
 

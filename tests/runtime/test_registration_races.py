@@ -47,10 +47,10 @@ class _SwappingEngine:
     """An engine whose adapter is registered again while the first tokenization runs."""
 
     def __init__(self, tmp_path) -> None:
-        from runtime.settings import Settings
+        from contracts.settings import RuntimeSettings
         from runtime.telemetry import Telemetry
 
-        self.settings = Settings(model_dir=tmp_path, work_dir=tmp_path / "work")
+        self.settings = RuntimeSettings(model_dir=tmp_path, work_dir=tmp_path / "work")
         self.telemetry = Telemetry()
         self.ready = asyncio.Event()
         self.ready.set()

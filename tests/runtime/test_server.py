@@ -176,7 +176,7 @@ BROKEN = {
         "does not match the sha256",
     ),
     # A manifest must name the base exactly: an empty one no longer skips the check.
-    "empty-manifest": (lambda d: (d / "manifest.json").write_text("{}"), "names no base"),
+    "empty-manifest": (lambda d: (d / "manifest.json").write_text("{}"), "field 'base'"),
     # Another directory of the same name is another base.
     "look-alike-base": (lambda d: _set_cfg(base_model_name_or_path="/somewhere/else/" + Path(
         json.loads((d / "adapter_config.json").read_text())["base_model_name_or_path"]).name)(d),

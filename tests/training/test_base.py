@@ -11,7 +11,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from config import load_catalog
-from config.compat import tokenizer_sha256
+from contracts.compat import tokenizer_sha256
 from training.base import PRESETS, build_base
 
 

@@ -12,6 +12,7 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
 from config import load_catalog
+from contracts.manifests import AdapterManifest
 from training.package import PackageError, pack, read_manifest, sha256_file, write_manifest
 from training.publish import PublishError, check, publish
 from training.train import train
@@ -32,7 +33,7 @@ def test_archive_has_the_files_at_its_root_and_hashes_verify(trained) -> None:
         assert sorted(tar.getnames()) == sorted(
             ["adapter_config.json", "adapter_model.safetensors", "manifest.json"]
         )
-    m = read_manifest(trained.archive)
+    m = read_manifest(trained.archive).as_json()
     assert m["name"] == NAME and m["base"]["model_id"] == "local/qwen3-local"
     assert m["dataset"]["sha256"] and m["hyperparameters"]["rank"] == 8
     assert m["dataset"]["test"] >= 64 and m["dataset"]["validation"] >= 32
@@ -61,13 +62,13 @@ def test_artifact_loads_with_peft_and_in_the_runtime(trained, local_base, tmp_pa
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(local_base), d)
     assert any("lora_A" in n for n, _ in model.named_parameters())
 
+    from contracts.settings import RuntimeSettings
     from runtime.adapters import load_adapter
     from runtime.engine import Engine
-    from runtime.settings import Settings
 
     # The runtime's own check, against the base as the server reads it (no engine started).
     base, _ = Engine(
-        Settings(model_dir=local_base, max_loras=2, work_dir=tmp_path / "w")
+        RuntimeSettings(model_dir=local_base, max_loras=2, work_dir=tmp_path / "w")
     ).identity()
     loaded = load_adapter(NAME, d, base)
     assert loaded.version == load_catalog().adapters[4].version
@@ -81,7 +82,7 @@ def _repack(trained, tmp_path: Path, **changes) -> Path:
     m = json.loads((d / "manifest.json").read_text())
     for key, value in changes.items():
         m[key] = {**m[key], **value} if isinstance(value, dict) else value
-    write_manifest(d, {k: v for k, v in m.items() if k != "files"})
+    write_manifest(d, AdapterManifest.parse(m, "manifest.json"))
     out = tmp_path / "re.tar.gz"
     pack(d, out)
     return out
@@ -89,9 +90,9 @@ def _repack(trained, tmp_path: Path, **changes) -> Path:
 
 def test_a_rewritten_verdict_is_evaluated_again_and_refused(trained, local_base, tmp_path) -> None:
     # What used to pass: set the manifest's own flag and re-hash the files.
-    forged = {**trained.manifest["eval"], "beats_base": True, "publishable": True, "failures": []}
+    forged = {**trained.manifest.eval, "beats_base": True, "publishable": True, "failures": []}
     archive = _repack(trained, tmp_path, eval=forged)
-    assert read_manifest(archive)["eval"]["publishable"] is True
+    assert read_manifest(archive).eval["publishable"] is True
     with pytest.raises(PublishError, match="not publishable"):
         check(archive, NAME, ENV, base_dir=local_base, log=lambda _: None)
 
@@ -99,7 +100,7 @@ def test_a_rewritten_verdict_is_evaluated_again_and_refused(trained, local_base,
 def test_a_manifest_with_its_own_system_turn_is_refused(trained, local_base, tmp_path) -> None:
     """The base is prompted with the entry's instruction: a manifest that brought a prompt of
     its own could handicap the base it is compared with."""
-    prompt = {**trained.manifest["prompt"], "system": "Answer with one word."}
+    prompt = {**trained.manifest.prompt.as_json(), "system": "Answer with one word."}
     archive = _repack(trained, tmp_path, prompt=prompt)
     with pytest.raises(PublishError, match="not the entry's instruction"):
         check(archive, NAME, ENV, base_dir=local_base, log=lambda _: None)
@@ -108,7 +109,7 @@ def test_a_manifest_with_its_own_system_turn_is_refused(trained, local_base, tmp
 def test_a_manifest_whose_test_split_cannot_be_reproduced_is_refused(
     trained, local_base, tmp_path
 ) -> None:
-    dataset = {**trained.manifest["dataset"], "sha256": "0" * 64}
+    dataset = {**trained.manifest.dataset, "sha256": "0" * 64}
     archive = _repack(trained, tmp_path, dataset=dataset)
     with pytest.raises(PublishError, match="cannot be reproduced"):
         check(archive, NAME, ENV, base_dir=local_base, log=lambda _: None)
@@ -121,7 +122,7 @@ def test_a_manifest_trained_on_another_dataset_than_the_entrys_is_refused(
     trained, local_base, tmp_path, field, value
 ) -> None:
     """A smaller or reseeded split (an easier test part) is not the entry's dataset."""
-    dataset = {**trained.manifest["dataset"], field: value}
+    dataset = {**trained.manifest.dataset, field: value}
     archive = _repack(trained, tmp_path, dataset=dataset)
     with pytest.raises(PublishError, match=f"another dataset than the entry's \\({field}"):
         check(archive, NAME, ENV, base_dir=local_base, log=lambda _: None)
@@ -155,20 +156,20 @@ def test_without_a_base_or_a_training_job_there_is_no_evidence(trained, monkeypa
 
 
 def _job(trained, **metrics) -> dict:
-    ev = trained.manifest["eval"]
+    ev = trained.manifest.eval
     values = {"adapter_score": ev["adapter"]["score"], "base_score": ev["base"]["score"],
               "ci_low": ev["bootstrap"]["ci_low"], "publishable": 1.0, **metrics}  # fmt: skip
     return {"TrainingJobName": "lora-dev-pii-1", "TrainingJobStatus": "Completed",
             "ModelArtifacts": {"S3ModelArtifacts": "s3://b/lora-dev-pii-1/output/model.tar.gz"},
-            "HyperParameters": {"adapter": NAME, "version": trained.manifest["version"]},
+            "HyperParameters": {"adapter": NAME, "version": trained.manifest.version},
             "FinalMetricDataList": [{"MetricName": f"gate:{k}", "Value": v}
                                     for k, v in values.items()]}  # fmt: skip
 
 
 def _as_job_output(trained, tmp_path: Path, ci_low: float = 0.25) -> Path:
     """The archive as a SageMaker job would have written it, with a passing verdict."""
-    ev = {**trained.manifest["eval"], "publishable": True, "failures": [],
-          "bootstrap": {**trained.manifest["eval"]["bootstrap"], "ci_low": ci_low}}  # fmt: skip
+    ev = {**trained.manifest.eval, "publishable": True, "failures": [],
+          "bootstrap": {**trained.manifest.eval["bootstrap"], "ci_low": ci_low}}  # fmt: skip
     return _repack(trained, tmp_path, eval=ev, training={"job_name": "lora-dev-pii-1"})
 
 
@@ -195,9 +196,8 @@ def test_a_training_jobs_recorded_metrics_decide(
         check(archive, NAME, ENV, describe_job=lambda job, region: described, job_archive=wrote)
     # The job's own record, agreeing with the archive, is evidence.
     good = _job(trained, ci_low=0.25)
-    assert check(archive, NAME, ENV, describe_job=lambda job, region: good, job_archive=wrote)[
-        "eval"
-    ]["publishable"]
+    verified = check(archive, NAME, ENV, describe_job=lambda job, region: good, job_archive=wrote)
+    assert verified.eval is not None and verified.eval["publishable"]
 
 
 def _wrote(archive: Path):
@@ -281,7 +281,7 @@ def test_publish_uploads_and_records_artifact_and_sha_in_the_catalog(
     entry = next(a for a in load_catalog(catalog).adapters if a.name == NAME)
     assert entry.artifact == uri and entry.sha256 == digest
     # The weights' digest too: the router compares it with the artifact each answer reports.
-    weights = read_manifest(archive)["files"]["adapter_model.safetensors"]
+    weights = read_manifest(archive).files["adapter_model.safetensors"]
     assert entry.weights_sha256 == weights
     # Gated on a base served in place of the entry's own (qwen3-local for qwen3-4b): that
     # proves nothing about qwen3-4b's revision, so none is recorded.

@@ -1,7 +1,8 @@
-"""The base's tokenizer fingerprint, checked at container start.
+"""The tokenizer fingerprint of the compatibility tuple.
 
-Same definition as ``config/compat.py`` (the runtime ships alone, so it keeps its own copy;
-tests/runtime/test_compat.py holds the two to one answer).
+Publish records it for the base an adapter was trained on, the catalog pins it, and the model
+server computes it again at container start and refuses a base whose tokenizer differs: token ids
+mean nothing under another tokenizer, and the adapter would answer garbage without an error.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+#: Files that decide how text becomes token ids (and back), when present.
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -25,6 +27,7 @@ class CompatibilityError(RuntimeError):
 
 
 def tokenizer_sha256(model_dir: Path | str) -> str:
+    """sha256 over (name, sha256(content)) of each tokenizer file present, in a fixed order."""
     outer = hashlib.sha256()
     for name in TOKENIZER_FILES:
         path = Path(model_dir) / name

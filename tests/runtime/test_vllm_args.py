@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from runtime.settings import Settings
+from contracts.settings import RuntimeSettings
+from runtime.vllm_args import engine_args
 
 
 def _model(tmp_path, positions: int):
@@ -17,18 +18,21 @@ def test_the_model_length_never_passes_the_models_own_positions(tmp_path) -> Non
     the local platform's small Qwen3 (1,024) under the default 2,048 + 1,024 did exactly that,
     so `make up QUICK=1` never got its runtime up."""
     model = _model(tmp_path, 1024)
-    assert Settings(model_dir=model).engine_args(cuda=False)["max_model_len"] == 1024
+    assert engine_args(RuntimeSettings(model_dir=model), cuda=False)["max_model_len"] == 1024
     roomy = _model(tmp_path, 40960)
-    assert Settings(model_dir=roomy).engine_args(cuda=False)["max_model_len"] == 2048 + 1024
+    assert engine_args(RuntimeSettings(model_dir=roomy), cuda=False)["max_model_len"] == 2048 + 1024
     assert (
-        Settings(model_dir=model, max_model_len=512).engine_args(cuda=False)["max_model_len"] == 512
+        engine_args(RuntimeSettings(model_dir=model, max_model_len=512), cuda=False)[
+            "max_model_len"
+        ]
+        == 512
     )
 
 
 def test_a_merged_models_server_allocates_no_lora(tmp_path) -> None:
     model = _model(tmp_path, 4096)
-    with_lora = Settings(model_dir=model).engine_args(cuda=False)
+    with_lora = engine_args(RuntimeSettings(model_dir=model), cuda=False)
     assert with_lora["enable_lora"] is True and with_lora["max_loras"] == 4
-    without = Settings(model_dir=model, enable_lora=False).engine_args(cuda=False)
+    without = engine_args(RuntimeSettings(model_dir=model, enable_lora=False), cuda=False)
     assert without["enable_lora"] is False
     assert not {"max_loras", "max_cpu_loras", "max_lora_rank"} & set(without)

@@ -1,0 +1,645 @@
+"""The router's service: who may call, what a request becomes, and how it is served.
+
+Plain functions over a ``Call`` (one request, whichever door it came through: the native API,
+the OpenAI-compatible one, a stream). Each raises ``RouterError`` when it will not serve, with
+the status and message a client sees; each door renders that error in its own format, in one
+place (``handler``, ``openai_api``, ``streaming``). Nothing here reads a web framework's
+current request, so a stream's checks need no shared state of Powertools' resolver.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from pydantic import ValidationError
+
+from contracts.settings import RouterSettings
+from lambda_proxy.auth import Caller, allowed, caller_from_event
+from lambda_proxy.cache import CacheUnavailableError, ResponseCache, cache_key
+from lambda_proxy.canary import Canaries, Canary
+from lambda_proxy.quota import Limits, Quotas, prompt_tokens_estimate
+from lambda_proxy.sagemaker import InvokeError, container_error, invoke, make_client
+from lambda_proxy.schema import GenerateRequest
+from lambda_proxy.settings import settings
+from lambda_proxy.telemetry import logger, metrics, tracer
+
+#: How a metric is counted: into the buffered handler's metrics (the default), or at once
+#: (``telemetry.count_now``) where no handler buffer belongs to the request.
+Count = Callable[[str], None]
+
+
+def _buffered(name: str) -> None:
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
+
+
+class RouterError(Exception):
+    """Why a request is not served: the status and message its client sees, and what each
+    door's format can carry (a code, field details, OpenAI's ``param``, headers)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        details: list[dict[str, Any]] | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
+        self.details, self.headers = details, headers or {}
+        self.param = param if param is not None else (details[0]["field"] if details else None)
+
+
+# -- the request -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request as the service needs it: the IAM caller, the body, the headers and API
+    Gateway's request id."""
+
+    caller: Caller | None
+    body: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    request_id: str | None = None
+
+    @classmethod
+    def of(cls, event: Mapping[str, Any], context: Any) -> Call:
+        """From an API Gateway REST proxy event and the Lambda context. The function's own
+        account stands in where the request context names none."""
+        arn = getattr(context, "invoked_function_arn", "") or ""
+        parts = arn.split(":")
+        own = parts[4] if len(parts) > 4 and parts[4].isdigit() else None
+        caller = caller_from_event(
+            dict(event), own_account=own, trust_tenant_claim=deps().settings.trust_tenant_claim
+        )
+        ctx = event.get("requestContext")
+        rid = ctx.get("requestId") if isinstance(ctx, dict) else None
+        body = event.get("body")
+        return cls(
+            caller=caller,
+            body=body if isinstance(body, str) else None,
+            headers=event.get("headers") or {},
+            request_id=rid if isinstance(rid, str) else None,
+        )
+
+
+#: The header that keeps a caller's requests on one version of an adapter during a canary.
+SESSION_HEADER = "x-session-key"
+MAX_SESSION_KEY = 256
+
+
+def session_key(call: Call, fallback: str | None = None) -> str | None:
+    """The request's session key: the ``X-Session-Key`` header, else ``fallback`` (an OpenAI
+    request's ``user``); at most ``MAX_SESSION_KEY`` characters count."""
+    value = next((v for k, v in call.headers.items() if k.lower() == SESSION_HEADER), None)
+    value = value if isinstance(value, str) and value else fallback
+    return value[:MAX_SESSION_KEY] if isinstance(value, str) and value else None
+
+
+# -- dependencies ----------------------------------------------------------------------------
+
+
+@dataclass
+class Dependencies:
+    settings: RouterSettings
+    cache: ResponseCache
+    client: Any
+    quotas: Quotas | None = None
+    #: The client streams are read with: its read timeout is the stream's deadline, since a
+    #: stream may wait longer than one buffered answer for its first token.
+    stream_client: Any = None
+    canaries: Canaries | None = None
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        if self.canaries is None:
+            self.canaries = Canaries(self.cache.client)
+        if self.stream_client is None:
+            self.stream_client = make_client(
+                s.sagemaker_endpoint_url, s.region, s.stream_deadline_s
+            )
+        if self.quotas is None:
+            wide = None
+            if s.quota_requests_per_minute is not None or s.quota_tokens_per_minute is not None:
+                wide = Limits(s.quota_requests_per_minute, s.quota_tokens_per_minute)
+            self.quotas = Quotas(self.cache.client, wide)
+
+
+_deps: Dependencies | None = None
+
+
+def configure(dependencies: Dependencies | None) -> None:
+    """Replace the dependencies (tests, the local platform)."""
+    global _deps
+    _deps = dependencies
+
+
+def deps() -> Dependencies:
+    global _deps
+    if _deps is None:
+        s = settings()
+        password = None
+        if s.redis_secret_arn:
+            from aws_lambda_powertools.utilities.parameters import get_secret
+
+            password = str(get_secret(s.redis_secret_arn, max_age=3600))
+        _deps = Dependencies(
+            settings=s,
+            cache=ResponseCache.from_url(s.redis_url, s.cache_ttl_s, password),
+            client=make_client(s.sagemaker_endpoint_url, s.region, s.invoke_deadline_s),
+        )
+    return _deps
+
+
+# -- who may call ----------------------------------------------------------------------------
+
+
+def caller_of(call: Call) -> Caller:
+    if call.caller is None:
+        _buffered("Forbidden")
+        raise RouterError(403, "no authenticated caller in the request context")
+    return call.caller
+
+
+def is_operator(caller: Caller) -> bool:
+    return bool(caller.principals & set(deps().settings.routing_table.get("operators") or ()))
+
+
+def health(call: Call) -> dict[str, Any]:
+    """Liveness for any authenticated caller; the endpoint and the adapter count only for the
+    environment's operators (a tenant has no business knowing either)."""
+    if not is_operator(caller_of(call)):
+        return {"status": "ok"}
+    table = deps().settings.routing_table
+    return {
+        "status": "ok",
+        "adapters": len(table.get("adapters", {})),
+        "endpoint": table.get("endpoint"),
+    }
+
+
+def visible_adapters(call: Call) -> list[dict[str, Any]]:
+    """The adapters this caller may use (operators: every adapter)."""
+    caller = caller_of(call)
+    routes = deps().settings.routing_table.get("adapters", {})
+    operator = is_operator(caller)
+    return [
+        {
+            "name": name,
+            "version": r.get("version"),
+            "task": r.get("task"),
+            "description": r.get("description", ""),
+        }
+        for name, r in sorted(routes.items())
+        if operator or allowed(caller, r)
+    ]
+
+
+def authorize(call: Call, adapter: str) -> tuple[Caller, dict[str, Any]]:
+    """Identity first, and one answer for "no such adapter" and "not yours": names cannot be
+    listed by probing, with or without credentials."""
+    caller = caller_of(call)
+    route = deps().settings.routing_table.get("adapters", {}).get(adapter)
+    if route is None or not (allowed(caller, route) or is_operator(caller)):
+        _buffered("UnknownAdapter" if route is None else "Forbidden")
+        raise RouterError(404, f"unknown adapter {adapter[:64]!r}", code="UnknownAdapter")
+    return caller, route
+
+
+# -- what a request becomes ------------------------------------------------------------------
+
+
+def _invalid(field_name: str, message: str) -> RouterError:
+    return RouterError(400, "invalid request", details=[{"field": field_name, "message": message}])
+
+
+def read_json(call: Call) -> Any:
+    """The request body as JSON, within the size limit."""
+    raw = call.body or ""
+    limit = deps().settings.max_body_bytes
+    try:
+        size = len(raw.encode())
+    except UnicodeEncodeError:  # an event whose body string holds a lone surrogate
+        raise _invalid("body", "not valid Unicode") from None
+    if size > limit:
+        raise RouterError(413, f"body over the limit of {limit} bytes")
+    try:
+        return json.loads(raw) if raw else None
+    except RecursionError:
+        raise _invalid("body", "JSON nested too deeply") from None
+    except ValueError:
+        raise _invalid("body", "not JSON") from None
+
+
+def validate(data: Any) -> GenerateRequest:
+    """The native request, within the environment's caps."""
+    s = deps().settings
+    try:
+        return GenerateRequest.model_validate(
+            data,
+            context={
+                "max_new_tokens_cap": s.max_new_tokens_cap,
+                "max_stop_sequences": s.max_stop_sequences,
+            },
+        )
+    except RecursionError:
+        raise _invalid("body", "JSON nested too deeply") from None
+    except ValidationError as exc:
+        details = [
+            {"field": ".".join(map(str, e["loc"])) or "body", "message": e["msg"]}
+            for e in exc.errors(include_url=False, include_input=False)
+        ]
+        raise RouterError(400, "invalid request", details=details) from None
+    except (ValueError, TypeError) as exc:
+        raise _invalid("body", str(exc)) from None
+
+
+def check_native(call: Call, adapter: str) -> tuple[Caller, dict[str, Any], GenerateRequest]:
+    """The native route's checks, in their order (identity first, so an unknown adapter and
+    a forbidden one look the same): the caller, its route and the validated request."""
+    caller, route = authorize(call, adapter)
+    return caller, route, validate(read_json(call))
+
+
+@dataclass
+class Prepared:
+    """A request that passed its quota: what goes to SageMaker and its cache key."""
+
+    adapter: str
+    version: str
+    component: str
+    payload: dict[str, Any]
+    key: str
+    cacheable: bool
+    #: The weights' sha256 the catalog pins (None before the adapter is published).
+    weights_sha256: str | None = None
+    #: The canary this request was sent to (None: the stable version serves it).
+    canary: Canary | None = None
+    #: For a canary's request, the stable version's: what serves it when the canary's component
+    #: is not there (``CANARY_ABSENT``).
+    fallback: Prepared | None = None
+
+
+def charge(who: str, adapter: str, req: GenerateRequest, per_adapter: Limits | None) -> None:
+    """The quota check; raises when the request is not admitted. The token cost is what the
+    request may generate plus an estimate of its prompt's tokens."""
+    estimate = prompt_tokens_estimate(
+        req.inputs if req.inputs is not None else "".join(m.content for m in req.messages or [])
+    )
+    cost = req.parameters.max_new_tokens + estimate
+    quota = deps().quotas.check(who, adapter, cost, per_adapter)  # type: ignore[union-attr]
+    if not quota.enforced:
+        # Redis is away: the in-process fallback bucket decided instead.
+        _buffered("QuotaUnavailable")
+    if quota.never:
+        _buffered("QuotaCostOverLimit")
+        raise RouterError(
+            400,
+            f"this request may use {cost} tokens (max_new_tokens "
+            f"{req.parameters.max_new_tokens} plus about {estimate} prompt tokens, an "
+            f"estimate), more than the limit of {quota.limit} allows; ask for fewer new tokens "
+            "or send a shorter prompt",
+            code="CostOverLimit",
+        )
+    if not quota.allowed:
+        _buffered("QuotaExceeded")
+        raise RouterError(
+            429,
+            f"quota exceeded ({quota.limit}); retry in {quota.retry_after_s} s",
+            code="QuotaExceeded",
+            headers={"Retry-After": str(quota.retry_after_s)},
+        )
+
+
+def payload_of(req: GenerateRequest) -> dict[str, Any]:
+    """What the container receives for a request."""
+    payload: dict[str, Any] = {"parameters": req.parameters.model_dump(exclude_none=True)}
+    if req.inputs is not None:
+        payload["inputs"] = req.inputs
+    else:
+        payload["messages"] = [m.model_dump() for m in req.messages or []]
+    return payload
+
+
+def _version(
+    adapter: str, who: str, route: dict[str, Any], session: str | None
+) -> tuple[dict[str, Any], Canary | None]:
+    """The route of the version that serves this request: the canary's (its component, version
+    and digests) for its share of session keys while it is not rolled back, else the stable
+    one's."""
+    canary = Canary.of(route.get("canary"))
+    if canary is None or not deps().canaries.choose(adapter, canary, who, session):  # type: ignore[union-attr]
+        return route, None
+    pins = {"sha256": canary.sha256, "weights_sha256": canary.weights_sha256}
+    return {**route, "component": canary.component, "version": canary.version, **pins}, canary
+
+
+def prepare(
+    call: Call,
+    adapter: str,
+    caller: Caller,
+    route: dict[str, Any],
+    req: GenerateRequest,
+    session: str | None = None,
+) -> Prepared:
+    """The quota check, the version that serves, the SageMaker payload and the cache key: the
+    part of serving that the buffered and the streamed answers share. ``session``: the
+    OpenAI ``user``, a session key when no ``X-Session-Key`` header names one."""
+    table = deps().settings.routing_table
+    who = caller.tenant or caller.arn
+    charge(who, adapter, req, Limits.of(route.get("quota")))
+    served, canary = _version(adapter, who, route, session_key(call, session))
+    revision = str(table.get("base_revision", ""))
+    prep = _prepared(adapter, who, served, req, revision, canary)
+    if canary is not None:
+        prep.fallback = _prepared(adapter, who, route, req, revision)
+    return prep
+
+
+def _prepared(
+    adapter: str,
+    who: str,
+    route: dict[str, Any],
+    req: GenerateRequest,
+    base_revision: str,
+    canary: Canary | None = None,
+) -> Prepared:
+    """One version's payload and cache key."""
+    payload = payload_of(req)
+    # The catalog's default schema for this adapter (sales-json's record), unless the request
+    # names its own; before the cache key, so the key holds the schema that was decoded to.
+    if req.parameters.json_schema is None and isinstance(route.get("json_schema"), dict):
+        payload["parameters"]["json_schema"] = route["json_schema"]
+    version = str(route.get("version", ""))
+    # Whose answers a cached answer may be shown to: the caller's tenant alone (the default: an
+    # identical prompt from another tenant must not reveal what this one asked), everyone
+    # (``shared``), or nobody (``off``).
+    mode = route.get("cache", "tenant")
+    scope = "*" if mode == "shared" else who
+    weights = route.get("weights_sha256")
+    pins = f"{route.get('sha256') or ''}/{weights or ''}"
+    key = cache_key(adapter, version, base_revision, payload, scope, pins)
+    return Prepared(
+        adapter,
+        version,
+        route["component"],
+        payload,
+        key,
+        cacheable=req.parameters.deterministic and mode != "off",
+        weights_sha256=weights if isinstance(weights, str) else None,
+        canary=canary,
+    )
+
+
+def prepare_base(caller: Caller, data: Any) -> dict[str, Any]:
+    """A request for the base model itself, which no deployed route reaches: the local
+    playground's side-by-side answer. It passes the adapter routes' checks (the request schema
+    with the environment's caps, and the caller's tenant-wide quota) and becomes the payload."""
+    req = validate(data)
+    if req.stream:
+        raise RouterError(400, "the base model's answer is not streamed")
+    charge(caller.tenant or caller.arn, "base", req, None)
+    return payload_of(req)
+
+
+# -- serving ---------------------------------------------------------------------------------
+
+
+def lookup(prep: Prepared) -> tuple[dict[str, Any] | None, str]:
+    """A cached answer, and the cache status: hit, miss, or bypass (not cacheable, or the
+    cache is down: a cache failure never fails a request)."""
+    if not prep.cacheable:
+        return None, "bypass"
+    try:
+        hit = deps().cache.get(prep.key)
+    except CacheUnavailableError as exc:
+        logger.warning("cache bypassed", extra={"reason": str(exc)})
+        _buffered("CacheError")
+        return None, "bypass"
+    _buffered("CacheHit" if hit is not None else "CacheMiss")
+    return hit, "hit" if hit is not None else "miss"
+
+
+def remember(prep: Prepared, status: str, result: dict[str, Any], count: Count = _buffered) -> None:
+    """Cache a fresh answer when it is what the route names (see ``_served_as_routed``)."""
+    if status == "miss" and _served_as_routed(prep, result, count):
+        deps().cache.put(prep.key, result)
+
+
+def serve(
+    call: Call,
+    adapter: str,
+    caller: Caller,
+    route: dict[str, Any],
+    req: GenerateRequest,
+    t0: float,
+    session: str | None = None,
+) -> dict[str, Any]:
+    """Quota, cache, SageMaker: the native answer. Both APIs come through here."""
+    prep = prepare(call, adapter, caller, route, req, session)
+    hit, cache_status = lookup(prep)
+    if hit is not None:
+        return answer(adapter, prep.version, hit, "hit", t0, 0.0, call.request_id)
+    t_model = time.perf_counter()
+    try:
+        result = _invoke(prep)
+    except InvokeError as exc:
+        if prep.fallback is None or exc.code not in CANARY_ABSENT:
+            count_canary(prep, exc)
+            raise invoke_failure(adapter, exc, call.request_id) from None
+        prep = prep.fallback  # the canary's component is gone or not made yet: stable answers
+        hit, cache_status = lookup(prep)
+        if hit is not None:
+            return answer(adapter, prep.version, hit, "hit", t0, 0.0, call.request_id)
+        try:
+            result = _invoke(prep)
+        except InvokeError as again:
+            raise invoke_failure(adapter, again, call.request_id) from None
+    count_canary(prep, None)
+    model_ms = (time.perf_counter() - t_model) * 1000
+    metrics.add_metric(name="ModelLatency", unit=MetricUnit.Milliseconds, value=model_ms)
+    remember(prep, cache_status, result)
+    return answer(adapter, prep.version, result, cache_status, t0, model_ms, call.request_id)
+
+
+#: What SageMaker answers for an inference component that is not on the endpoint: a release
+#: that adds or removes a canary deploys its component and the router's table apart, so for a
+#: moment the router may name a canary component that is not (or no longer) there.
+CANARY_ABSENT = frozenset({"ValidationError"})
+
+
+def _invoke(prep: Prepared) -> dict[str, Any]:
+    s = deps().settings
+    with tracer.provider.in_subsegment("invoke_endpoint") as sub:
+        sub.put_annotation(key="adapter", value=prep.adapter)
+        return complete_answer(
+            invoke(
+                deps().client,
+                s.routing_table["endpoint"],
+                prep.component,
+                prep.payload,
+                deadline_s=s.invoke_deadline_s,
+            )
+        )
+
+
+#: The errors that are a canary version's own fault: its container failed (a 5xx it answered,
+#: an answer that is not one, a stream it broke). Not SageMaker's own failures or throttling,
+#: a container busy or not ready (503: capacity the stable version shares), nor a deadline
+#: (504: a tenant's long generation times out on either version), nor any 4xx (the request's).
+CANARY_FAULTS = frozenset({"ModelError", "BadModelOutput", "ModelStreamError", "StreamError"})
+
+
+def canary_fault(exc: InvokeError | None) -> bool:
+    return (
+        exc is not None and exc.code in CANARY_FAULTS and exc.status >= 500 and (exc.status != 503)
+    )
+
+
+def count_canary(prep: Prepared, exc: InvokeError | None, count: Count = _buffered) -> None:
+    """Count a canary's answer (``exc``: how it failed, None for an answer) toward its
+    rollback; a failure counts when it is the version's own (``CANARY_FAULTS``). The request
+    whose count switches the canary off counts ``CanaryRollback`` and logs why (the alarm on
+    that metric tells the adapter's owner)."""
+    if prep.canary is None:
+        return
+    outcome = deps().canaries.record(prep.adapter, prep.canary, canary_fault(exc))  # type: ignore[union-attr]
+    if not outcome.rolled_back:
+        return
+    count("CanaryRollback")
+    logger.error(
+        "canary rolled back: every request now goes to the stable version",
+        extra={
+            "adapter": prep.adapter,
+            "canary_version": prep.canary.version,
+            "reason": outcome.reason,
+            "max_error_rate": prep.canary.max_error_rate,
+        },
+    )
+
+
+#: Why a generation ended, when it ended as an answer (the runtime's words, and TGI's).
+ANSWERED = frozenset({"stop", "length", "stop_sequence", "eos_token"})
+#: When a client may try again after a throttle or a component that is not ready, in seconds.
+RETRY_AFTER_S = {429: 1, 503: 5}
+
+
+def complete_answer(result: Any) -> dict[str, Any]:
+    """The container's answer when it is one: an object with its text and a finish reason of
+    stop, length or stop sequence. Anything else (``{}``, an error object, an array) is a 502,
+    never an answer and never cached."""
+    if not isinstance(result, dict):
+        raise InvokeError(
+            502,
+            "the model returned an answer that is not a JSON object",
+            "BadModelOutput",
+            type(result).__name__,
+        )
+    if "error" in result:
+        status = result.get("status")
+        raise container_error(
+            status if isinstance(status, int) else 502, str(result["error"])[:500]
+        )
+    if (
+        not isinstance(result.get("generated_text"), str)
+        or result.get("finish_reason") not in ANSWERED
+    ):
+        raise InvokeError(
+            502,
+            "the model returned an incomplete answer (no text or no finish reason)",
+            "BadModelOutput",
+            str(sorted(result))[:200],
+        )
+    return result
+
+
+def invoke_failure(
+    adapter: str, exc: InvokeError, request_id: str | None, count: Count = _buffered
+) -> RouterError:
+    """A failed invocation as the client sees it: the fixed message, and ``Retry-After`` where
+    a retry can succeed. What SageMaker or the container said is logged here, under the request
+    id, and goes nowhere else."""
+    count(f"Error{exc.status}")
+    logger.warning(
+        "invoke failed",
+        extra={
+            "adapter": adapter,
+            "code": exc.code,
+            "status": exc.status,
+            "detail": exc.detail,
+            "request_id": request_id,
+        },
+    )
+    retry = RETRY_AFTER_S.get(exc.status)
+    return RouterError(
+        exc.status,
+        exc.message,
+        code=exc.code,
+        headers={"Retry-After": str(retry)} if retry else None,
+    )
+
+
+def _served_as_routed(prep: Prepared, result: dict[str, Any], count: Count) -> bool:
+    """Whether the artifact the container reports is the one the key names: the route's name
+    and version, and its weights' sha256 where the catalog pins them. During a rollout a
+    container may still serve the previous version, and a component may answer from the base
+    model (``artifact: null``); neither answer may be cached under the adapter's key."""
+    artifact = result.get("artifact")
+    if isinstance(artifact, dict):
+        same = (artifact.get("name"), artifact.get("version")) == (prep.adapter, prep.version)
+        if same and prep.weights_sha256 is not None:
+            same = artifact.get("sha256") == prep.weights_sha256
+        if same:
+            return True
+    count("ArtifactMismatch")
+    logger.warning(
+        "served artifact differs from the route; answer not cached",
+        extra={
+            "adapter": prep.adapter,
+            "routed": prep.version,
+            "weights": prep.weights_sha256,
+            "served": artifact,
+        },
+    )
+    return False
+
+
+def answer(
+    adapter: str,
+    version: str,
+    result: dict[str, Any],
+    cache: str,
+    t0: float,
+    model_ms: float,
+    request_id: str | None,
+) -> dict[str, Any]:
+    """The native answer body."""
+    total = (time.perf_counter() - t0) * 1000
+    return {
+        "output": result.get("generated_text"),
+        "adapter": adapter,
+        "version": version,
+        "cache": cache,
+        "request_id": request_id,
+        "finish_reason": result.get("finish_reason"),
+        # The adapter identifier the container reports serving (SageMaker passes the adapter
+        # component's name): a client or smoke check can see which component answered.
+        "served_by": result.get("adapter"),
+        # The artifact the container reports serving (manifest name, version, weights sha256).
+        "artifact": result.get("artifact"),
+        "usage": result.get("usage"),
+        "timings_ms": {
+            "router": round(total - model_ms, 3),
+            "model": round(model_ms, 3),
+            "total": round(total, 3),
+            "engine": result.get("timings_ms"),
+        },
+    }
