@@ -59,21 +59,21 @@ test: setup  ## the test suite (what .ci/run runs after lint)
 	$(PY) -m pytest -q
 
 diff: $(PY)  ## catalog change summary, template diff against the snapshot, replacement check: make diff ENV=prod
-	$(PY) -m infra.changes --env $(ENV) || true
-	$(PY) -m infra.snapshots check --env $(ENV) || true
-	$(PY) -m infra.replacements --env $(ENV)
+	$(PY) -m ops.changes --env $(ENV) || true
+	$(PY) -m ops.snapshots check --env $(ENV) || true
+	$(PY) -m ops.replacements --env $(ENV)
 
 snapshot: $(PY)  ## re-synth every deployable environment into infra/snapshots/ (review, then commit)
-	$(PY) -m infra.snapshots update
+	$(PY) -m ops.snapshots update
 
 # `make release ENV=dev --dry-run` (make's own -n) still runs the command, as a dry run: the
 # recipe line is marked + so make executes it, and make's n flag becomes --dry-run.
 MAKE_DRY_RUN := $(findstring n,$(firstword -$(MAKEFLAGS)))
 release: $(PY)  ## deploy in order: stacks, image, base weights, adapter archives, the rest, smoke: make release ENV=dev [--dry-run]
-	+$(PY) -m infra.release --env $(ENV) $(if $(or $(MAKE_DRY_RUN),$(DRY_RUN)),--dry-run,) $(ARGS)
+	+$(PY) -m ops.release --env $(ENV) $(if $(or $(MAKE_DRY_RUN),$(DRY_RUN)),--dry-run,) $(ARGS)
 
 smoke: $(PY)  ## invoke every adapter once through the deployed router: make smoke ENV=prod [URL=...]
-	$(PY) -m infra.smoke --env $(ENV) $(if $(URL),--url $(URL),)
+	$(PY) -m ops.smoke --env $(ENV) $(if $(URL),--url $(URL),)
 
 bench: setup  ## benchmarks (each prints a table and writes benchmarks/RESULTS.md); benchmarks/startup.py (about an hour) runs alone
 	$(PY) benchmarks/serving.py

@@ -30,8 +30,13 @@ def pipeline(app: App) -> None:
         print("the pipeline is off: set enabled: true in config/pipeline.yaml", file=sys.stderr)
         sys.exit(1)
     deployments = {name: load_deployment(name) for name in cfg.stages}
-    PipelineStack(app, "lora-fleet-pipeline", config=cfg, deployments=deployments,
-                  env=Environment(account=cfg.account, region=cfg.region))  # fmt: skip
+    PipelineStack(
+        app,
+        "lora-fleet-pipeline",
+        config=cfg,
+        deployments=deployments,
+        env=Environment(account=cfg.account, region=cfg.region),
+    )
 
 
 def main() -> None:

@@ -41,9 +41,17 @@ QWEN3_4B = {
     "rms_norm_eps": 1e-6,
     "tie_word_embeddings": True,
 }
-TINY = {**QWEN3_4B, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
-        "vocab_size": 4096, "max_position_embeddings": 4096}  # fmt: skip
+TINY = {
+    **QWEN3_4B,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "vocab_size": 4096,
+    "max_position_embeddings": 4096,
+}
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 RANK = 16
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,8 +85,15 @@ def write_adapters(shape: dict, model_dir: Path, out: Path, n: int) -> list[Path
         shape["num_attention_heads"] * shape["head_dim"],
         shape["num_key_value_heads"] * shape["head_dim"],
     )
-    dims = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-            "gate_proj": (h, inter), "up_proj": (h, inter), "down_proj": (inter, h)}  # fmt: skip
+    dims = {
+        "q_proj": (h, q),
+        "k_proj": (h, kv),
+        "v_proj": (h, kv),
+        "o_proj": (q, h),
+        "gate_proj": (h, inter),
+        "up_proj": (h, inter),
+        "down_proj": (inter, h),
+    }
     paths = []
     for i in range(n):
         d = out / f"adapter-{i}"
@@ -96,12 +111,24 @@ def write_adapters(shape: dict, model_dir: Path, out: Path, n: int) -> list[Path
                 key = f"base_model.model.model.layers.{layer}.{part}.{m}"
                 tensors[f"{key}.lora_A.weight"] = torch.randn(RANK, fan_in, generator=g) * 0.01
                 tensors[f"{key}.lora_B.weight"] = torch.randn(fan_out, RANK, generator=g) * 0.01
-        save_file({k: v.to(torch.bfloat16) for k, v in tensors.items()},
-                  str(d / "adapter_model.safetensors"))  # fmt: skip
-        (d / "adapter_config.json").write_text(json.dumps({
-            "peft_type": "LORA", "r": RANK, "lora_alpha": 2 * RANK, "lora_dropout": 0.0,
-            "target_modules": TARGETS, "bias": "none", "task_type": "CAUSAL_LM",
-            "base_model_name_or_path": str(model_dir)}))  # fmt: skip
+        save_file(
+            {k: v.to(torch.bfloat16) for k, v in tensors.items()},
+            str(d / "adapter_model.safetensors"),
+        )
+        (d / "adapter_config.json").write_text(
+            json.dumps(
+                {
+                    "peft_type": "LORA",
+                    "r": RANK,
+                    "lora_alpha": 2 * RANK,
+                    "lora_dropout": 0.0,
+                    "target_modules": TARGETS,
+                    "bias": "none",
+                    "task_type": "CAUSAL_LM",
+                    "base_model_name_or_path": str(model_dir),
+                }
+            )
+        )
     return paths
 
 
@@ -146,8 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     adapters = write_adapters(shape, model_dir, args.work / f"{args.preset}-adapters", 8)
     weight_bytes = sum(p.stat().st_size for p in model_dir.glob("*.safetensors"))
     gbs = bandwidth_gbs(device)
-    print(f"model {weight_bytes / 1e9:.2f} GB and 8 adapters in {time.perf_counter() - t0:.0f} s; "
-          f"measured bandwidth {gbs:.0f} GB/s", flush=True)  # fmt: skip
+    print(
+        f"model {weight_bytes / 1e9:.2f} GB and 8 adapters in {time.perf_counter() - t0:.0f} s; "
+        f"measured bandwidth {gbs:.0f} GB/s",
+        flush=True,
+    )
     if device == "cuda":
         torch.cuda.empty_cache()
 
@@ -160,9 +190,17 @@ def main(argv: list[str] | None = None) -> int:
     from vllm.lora.request import LoRARequest
 
     t0 = time.perf_counter()
-    llm = LLM(model=str(model_dir), skip_tokenizer_init=True, enable_lora=True, max_loras=8,
-              max_lora_rank=RANK, max_num_seqs=32, max_model_len=512, seed=0,
-              **({"gpu_memory_utilization": 0.85} if device == "cuda" else {}))  # fmt: skip
+    llm = LLM(
+        model=str(model_dir),
+        skip_tokenizer_init=True,
+        enable_lora=True,
+        max_loras=8,
+        max_lora_rank=RANK,
+        max_num_seqs=32,
+        max_model_len=512,
+        seed=0,
+        **({"gpu_memory_utilization": 0.85} if device == "cuda" else {}),
+    )
     startup = time.perf_counter() - t0
     loras = [LoRARequest(f"a{i}", i + 1, str(p)) for i, p in enumerate(adapters)]
     prompt = [
@@ -171,16 +209,22 @@ def main(argv: list[str] | None = None) -> int:
     failures: list[str] = []
 
     def timed(batch: int, n_adapters: int, out_len: int) -> float:
-        params = SamplingParams(max_tokens=out_len, min_tokens=out_len, ignore_eos=True,
-                                temperature=0.0, detokenize=False)  # fmt: skip
+        params = SamplingParams(
+            max_tokens=out_len,
+            min_tokens=out_len,
+            ignore_eos=True,
+            temperature=0.0,
+            detokenize=False,
+        )
         lora = [loras[i % n_adapters] if n_adapters else None for i in range(batch)]
         t = time.perf_counter()
         outs = llm.generate(prompt * batch, params, lora_request=lora, use_tqdm=False)
         took = time.perf_counter() - t
         made = sum(len(o.outputs[0].token_ids) for o in outs)
         if made != batch * out_len:
-            failures.append(f"batch {batch}, {n_adapters} adapters: {made} tokens, "
-                            f"{batch * out_len} asked")  # fmt: skip
+            failures.append(
+                f"batch {batch}, {n_adapters} adapters: {made} tokens, {batch * out_len} asked"
+            )
         return took
 
     rows, results = [], {}
@@ -191,36 +235,65 @@ def main(argv: list[str] | None = None) -> int:
             short = min(timed(batch, n_adapters, args.short) for _ in range(2))
             long = min(timed(batch, n_adapters, args.long) for _ in range(2))
             tps = batch * (args.long - args.short) / (long - short)
-            results[f"b{batch}_a{n_adapters}"] = {"decode_tok_s": round(tps, 1),
-                                                   "floor_tok_s": round(floor, 1),
-                                                   "of_floor": round(tps / floor, 3)}  # fmt: skip
-            print(f"batch {batch:2d}, {n_adapters} adapters: {tps:8.1f} tok/s "
-                  f"({tps / floor:.1%} of the {floor:.0f} tok/s floor)", flush=True)  # fmt: skip
+            results[f"b{batch}_a{n_adapters}"] = {
+                "decode_tok_s": round(tps, 1),
+                "floor_tok_s": round(floor, 1),
+                "of_floor": round(tps / floor, 3),
+            }
+            print(
+                f"batch {batch:2d}, {n_adapters} adapters: {tps:8.1f} tok/s "
+                f"({tps / floor:.1%} of the {floor:.0f} tok/s floor)",
+                flush=True,
+            )
         base = results[f"b{batch}_a0"]["decode_tok_s"]
         eight = results[f"b{batch}_a8"]["decode_tok_s"]
         results[f"b{batch}_8_adapters_over_none"] = round(eight / base, 3)
-        rows.append(f"| {batch} | {base:.0f} | {results[f'b{batch}_a1']['decode_tok_s']:.0f} | "
-                    f"{eight:.0f} | {eight / base:.2f} | {floor:.0f} | "
-                    f"{base / floor:.1%} / {eight / floor:.1%} |")  # fmt: skip
+        rows.append(
+            f"| {batch} | {base:.0f} | {results[f'b{batch}_a1']['decode_tok_s']:.0f} | "
+            f"{eight:.0f} | {eight / base:.2f} | {floor:.0f} | "
+            f"{base / floor:.1%} / {eight / floor:.1%} |"
+        )
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     import vllm
 
-    table = "\n".join([
-        "| batch | no adapter tok/s | 1 adapter | 8 adapters | 8 over none | floor tok/s | "
-        "share of floor (none / 8) |", "|---|---|---|---|---|---|---|", *rows])  # fmt: skip
-    text = (f"## GPU decode (`benchmarks/gpu.py --preset {args.preset}`)\n\n"
-            f"{name}, vLLM {vllm.__version__}, torch {torch.__version__}; {args.preset} with random "
-            f"weights ({weight_bytes / 1e9:.2f} GB), 8 random rank-16 all-linear adapters, "
-            f"128-token prompts, decode from outputs of {args.short} and {args.long} tokens; "
-            f"measured bandwidth {gbs:.0f} GB/s; engine start-up {startup:.0f} s. "
-            + ("All runs produced the tokens asked." if not failures else
-               "FAILED: " + "; ".join(failures)) + "\n\n" + table + "\n")  # fmt: skip
+    table = "\n".join(
+        [
+            "| batch | no adapter tok/s | 1 adapter | 8 adapters | 8 over none | floor tok/s | "
+            "share of floor (none / 8) |",
+            "|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
+    text = (
+        f"## GPU decode (`benchmarks/gpu.py --preset {args.preset}`)\n\n"
+        f"{name}, vLLM {vllm.__version__}, torch {torch.__version__}; {args.preset} with random "
+        f"weights ({weight_bytes / 1e9:.2f} GB), 8 random rank-16 all-linear adapters, "
+        f"128-token prompts, decode from outputs of {args.short} and {args.long} tokens; "
+        f"measured bandwidth {gbs:.0f} GB/s; engine start-up {startup:.0f} s. "
+        + (
+            "All runs produced the tokens asked."
+            if not failures
+            else "FAILED: " + "; ".join(failures)
+        )
+        + "\n\n"
+        + table
+        + "\n"
+    )
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gpu.md").write_text(text)
-    (args.out / "gpu.json").write_text(json.dumps({"device": name, "bandwidth_gbs": round(gbs, 1),
-                                                   "weight_bytes": weight_bytes, **results},
-                                                  indent=2) + "\n")  # fmt: skip
+    (args.out / "gpu.json").write_text(
+        json.dumps(
+            {
+                "device": name,
+                "bandwidth_gbs": round(gbs, 1),
+                "weight_bytes": weight_bytes,
+                **results,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return 1 if failures else 0
 
 

@@ -77,14 +77,24 @@ def main(argv: list[str] | None = None) -> int:
     while not server.started:
         time.sleep(0.02)
     web = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
-    context = {"identity": {"userArn": ALLOWED_ROLE}, "accountId": "123456789012",
-               "resourcePath": "/v1/adapters/{adapter}/generate", "stage": "v1"}  # fmt: skip
-    lambda_context = json.dumps({"request_id": "bench", "invoked_function_arn":
-                                 "arn:aws:lambda:us-east-1:123456789012:function:router"})  # fmt: skip
+    context = {
+        "identity": {"userArn": ALLOWED_ROLE},
+        "accountId": "123456789012",
+        "resourcePath": "/v1/adapters/{adapter}/generate",
+        "stage": "v1",
+    }
+    lambda_context = json.dumps(
+        {
+            "request_id": "bench",
+            "invoked_function_arn": "arn:aws:lambda:us-east-1:123456789012:function:router",
+        }
+    )
 
     def through_web(body: dict) -> tuple[int, dict]:
-        headers = {"x-amzn-request-context": json.dumps({**context, "requestId": uuid.uuid4().hex}),
-                   "x-amzn-lambda-context": lambda_context}  # fmt: skip
+        headers = {
+            "x-amzn-request-context": json.dumps({**context, "requestId": uuid.uuid4().hex}),
+            "x-amzn-lambda-context": lambda_context,
+        }
         resp = web.post("/v1/adapters/medical/generate", json=body, headers=headers)
         return resp.status_code, resp.json()
 
@@ -99,8 +109,14 @@ def main(argv: list[str] | None = None) -> int:
             t1 = time.perf_counter()
             status_again, again = call(body)  # the same request again: a Redis hit
             t2 = time.perf_counter()
-            got = (status, status_again, first["cache"], again["cache"],
-                   first["output"], again["output"])  # fmt: skip
+            got = (
+                status,
+                status_again,
+                first["cache"],
+                again["cache"],
+                first["output"],
+                again["output"],
+            )
             if got != (200, 200, "miss", "hit", "ok", "ok"):
                 raise AssertionError(f"{label}: the router did not answer as timed: {got}")
             if i >= 20:  # warm-up
@@ -108,11 +124,15 @@ def main(argv: list[str] | None = None) -> int:
                 hit.append((t2 - t1) * 1000)
     server.should_exit = True
     stub.assert_no_pending_responses()
-    rows = [("handler alone: cache miss (model time excluded)", results["handler miss"]),
-            ("handler alone: Redis cache hit", results["handler hit"]),
-            ("deployed path (HTTP to lambda_proxy.web): cache miss (model time excluded)",
-             results["web miss"]),
-            ("deployed path (HTTP to lambda_proxy.web): Redis cache hit", results["web hit"])]  # fmt: skip
+    rows = [
+        ("handler alone: cache miss (model time excluded)", results["handler miss"]),
+        ("handler alone: Redis cache hit", results["handler hit"]),
+        (
+            "deployed path (HTTP to lambda_proxy.web): cache miss (model time excluded)",
+            results["web miss"],
+        ),
+        ("deployed path (HTTP to lambda_proxy.web): Redis cache hit", results["web hit"]),
+    ]
     table = ["| case | p50 ms | p99 ms |", "|---|---|---|"]
     table += [f"| {label} | {_pct(v, 0.5):.3f} | {_pct(v, 0.99):.3f} |" for label, v in rows]
     text = "\n".join(table)

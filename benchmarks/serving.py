@@ -132,10 +132,13 @@ class Peft:
 
 
 async def invoke(client: httpx.AsyncClient, adapter: str, text: str, n: int) -> dict:
-    body = {"inputs": text, "parameters": {"max_new_tokens": n, "min_new_tokens": n,
-                                           "details": True}}  # fmt: skip
-    r = await client.post("/invocations", json=body,
-                          headers={"X-Amzn-SageMaker-Adapter-Identifier": adapter})  # fmt: skip
+    body = {
+        "inputs": text,
+        "parameters": {"max_new_tokens": n, "min_new_tokens": n, "details": True},
+    }
+    r = await client.post(
+        "/invocations", json=body, headers={"X-Amzn-SageMaker-Adapter-Identifier": adapter}
+    )
     if r.status_code != 200:
         raise BenchmarkError(f"{adapter}: {r.status_code} {r.text[:200]}")
     out = r.json()
@@ -198,10 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(7)
     weights = [1 / (k + 1) ** 1.1 for k in range(n_adapters)]
     n_req = 24 if args.quick else 64
-    texts = [r.raw for task in ("medical_shorthand", "singlish_to_standard", "pii_redaction",
-                                "style_transfer") for r in datasets.load(task).test[:16]]  # fmt: skip
-    jobs = [(rng.choices(names, weights=weights)[0], texts[i % len(texts)], rng.randint(8, 48))
-            for i in range(n_req)]  # fmt: skip
+    texts = [
+        r.raw
+        for task in ("medical_shorthand", "singlish_to_standard", "pii_redaction", "style_transfer")
+        for r in datasets.load(task).test[:16]
+    ]
+    jobs = [
+        (rng.choices(names, weights=weights)[0], texts[i % len(texts)], rng.randint(8, 48))
+        for i in range(n_req)
+    ]
     encoded = [(a, tok(t, split_special_tokens=True)["input_ids"], n) for a, t, n in jobs]
 
     t0 = time.perf_counter()
@@ -216,13 +224,24 @@ def main(argv: list[str] | None = None) -> int:
         peft_tps = max(peft_tps, sum(map(len, mixed_out)) / (time.perf_counter() - t0))
     del peft
 
-    server = start_server(base, work, OPTION_MAX_LORAS=str(n_adapters),
-                          OPTION_MAX_CPU_LORAS=str(n_adapters), OPTION_MAX_BATCH_SIZE="32",
-                          OPTION_MAX_INPUT_TOKENS="512", OPTION_MAX_NEW_TOKENS="256",
-                          OPTION_CPU_KVCACHE_GIB="2")  # fmt: skip
+    server = start_server(
+        base,
+        work,
+        OPTION_MAX_LORAS=str(n_adapters),
+        OPTION_MAX_CPU_LORAS=str(n_adapters),
+        OPTION_MAX_BATCH_SIZE="32",
+        OPTION_MAX_INPUT_TOKENS="512",
+        OPTION_MAX_NEW_TOKENS="256",
+        OPTION_CPU_KVCACHE_GIB="2",
+    )
     try:
-        rows.append(("start-up", "python -m runtime serve until /ping answers 200",
-                     f"{server.started_s:.1f} s"))  # fmt: skip
+        rows.append(
+            (
+                "start-up",
+                "python -m runtime serve until /ping answers 200",
+                f"{server.started_s:.1f} s",
+            )
+        )
         results["startup_s"] = server.started_s
         for name, path in paths.items():
             r = server.client.post("/adapters", json={"name": name, "src": str(path)})
@@ -235,26 +254,38 @@ def main(argv: list[str] | None = None) -> int:
             runtime_tps = max(runtime_tps, sum(len(o["token_ids"]) for o in answers) / wall)
         results["zipf_vs_seed"] = runtime_tps / seed_tps
         results["zipf_vs_peft_mixed"] = runtime_tps / peft_tps
-        rows.append((f"Zipf(1.1) over {n_adapters} adapters, {n_req} requests, prompts and "
-                     "outputs (8-48 tokens) of their own",
-                     "runtime (vLLM) vs seed (set_adapter + generate) vs PEFT mixed batch",
-                     f"{runtime_tps:.1f} vs {seed_tps:.1f} vs {peft_tps:.1f} tok/s -> "
-                     f"{results['zipf_vs_seed']:.2f}x seed (goal >= {GOALS['zipf_vs_seed']}), "
-                     f"{results['zipf_vs_peft_mixed']:.2f}x PEFT (goal >= "
-                     f"{GOALS['zipf_vs_peft_mixed']})"))  # fmt: skip
+        rows.append(
+            (
+                f"Zipf(1.1) over {n_adapters} adapters, {n_req} requests, prompts and "
+                "outputs (8-48 tokens) of their own",
+                "runtime (vLLM) vs seed (set_adapter + generate) vs PEFT mixed batch",
+                f"{runtime_tps:.1f} vs {seed_tps:.1f} vs {peft_tps:.1f} tok/s -> "
+                f"{results['zipf_vs_seed']:.2f}x seed (goal >= {GOALS['zipf_vs_seed']}), "
+                f"{results['zipf_vs_peft_mixed']:.2f}x PEFT (goal >= "
+                f"{GOALS['zipf_vs_peft_mixed']})",
+            )
+        )
         for key in ("zipf_vs_seed", "zipf_vs_peft_mixed"):
             if results[key] < GOALS[key]:
                 failures.append(f"{key} {results[key]:.2f} < {GOALS[key]}")
 
         got = [o["token_ids"] for o in answers]
-        differ = [(i, first_difference(g, w)) for i, (g, w) in enumerate(zip(got, seed_out,
-                                                                                strict=True)) if g != w]  # fmt: skip
+        differ = [
+            (i, first_difference(g, w))
+            for i, (g, w) in enumerate(zip(got, seed_out, strict=True))
+            if g != w
+        ]
         share = 1 - len(differ) / len(got)
         results["equal_to_peft_share"] = share
         detail = ", ".join(f"request {i} at token {p}" for i, p in differ[:12]) or "none differ"
-        rows.append(("answers (float32, greedy)", "runtime's tokens equal to single-adapter PEFT's",
-                     f"{len(got) - len(differ)}/{len(got)} = {share:.1%} (goal >= "
-                     f"{GOALS['equal_to_peft_share']:.0%}); first differing positions: {detail}"))  # fmt: skip
+        rows.append(
+            (
+                "answers (float32, greedy)",
+                "runtime's tokens equal to single-adapter PEFT's",
+                f"{len(got) - len(differ)}/{len(got)} = {share:.1%} (goal >= "
+                f"{GOALS['equal_to_peft_share']:.0%}); first differing positions: {detail}",
+            )
+        )
         if share < GOALS["equal_to_peft_share"]:
             failures.append(f"only {share:.1%} of answers equal PEFT's")
         mixed_equal = sum(m == s for m, s in zip(mixed_out, seed_out, strict=True)) / len(seed_out)
@@ -263,13 +294,20 @@ def main(argv: list[str] | None = None) -> int:
         # Open loop: Poisson arrivals at 50% of the capacity the burst measured.
         lengths = random.Random(11)
         n_open = 40 if args.quick else 120
-        open_jobs = [(rng.choices(names, weights=weights)[0], texts[i % len(texts)],
-                      round(math.exp(lengths.uniform(math.log(4), math.log(256)))))
-                     for i in range(n_open)]  # fmt: skip
+        open_jobs = [
+            (
+                rng.choices(names, weights=weights)[0],
+                texts[i % len(texts)],
+                round(math.exp(lengths.uniform(math.log(4), math.log(256)))),
+            )
+            for i in range(n_open)
+        ]
         wall, _ = asyncio.run(burst(server.url, open_jobs))
         capacity = n_open / wall
-        unloaded = [asyncio.run(burst(server.url, [(a, texts[0], 4)]))[1][0]["timings_ms"]
-                    ["first_token"] for a in names[:6]]  # fmt: skip
+        unloaded = [
+            asyncio.run(burst(server.url, [(a, texts[0], 4)]))[1][0]["timings_ms"]["first_token"]
+            for a in names[:6]
+        ]
         ttft_unloaded = statistics.median(unloaded)
         arrivals, t = random.Random(50), 0.0
         schedule = []
@@ -279,20 +317,30 @@ def main(argv: list[str] | None = None) -> int:
         measured = asyncio.run(open_loop(server.url, schedule))
         short = 16
         ttft = [o["timings_ms"]["first_token"] for o in measured]
-        ttft_short = [o["timings_ms"]["first_token"] for o in measured
-                      if len(o["token_ids"]) <= short]  # fmt: skip
+        ttft_short = [
+            o["timings_ms"]["first_token"] for o in measured if len(o["token_ids"]) <= short
+        ]
         e2e = [o["timings_ms"]["total"] for o in measured]
         ratio = pct(ttft_short, 0.99) / ttft_unloaded
-        results |= {"capacity_rps": capacity, "ttft_unloaded_ms": ttft_unloaded,
-                    "open50_ttft_p50_ms": pct(ttft, 0.5), "open50_ttft_p99_ms": pct(ttft, 0.99),
-                    "open50_short_ttft_p99_ms": pct(ttft_short, 0.99),
-                    "open50_e2e_p99_ms": pct(e2e, 0.99), "ttft_p99_short_over_unloaded": ratio}  # fmt: skip
-        rows.append((f"open loop, 50% of {capacity:.2f} req/s, {n_open} requests of 4-256 tokens",
-                     "time to first token (server-side, from arrival)",
-                     f"p50 {pct(ttft, 0.5):.0f} / p99 {pct(ttft, 0.99):.0f} ms; short (<= {short} "
-                     f"tokens) p99 {pct(ttft_short, 0.99):.0f} ms = {ratio:.2f}x the unloaded "
-                     f"{ttft_unloaded:.0f} ms (goal <= {GOALS['ttft_p99_short_over_unloaded']}); "
-                     f"end-to-end p99 {pct(e2e, 0.99):.0f} ms"))  # fmt: skip
+        results |= {
+            "capacity_rps": capacity,
+            "ttft_unloaded_ms": ttft_unloaded,
+            "open50_ttft_p50_ms": pct(ttft, 0.5),
+            "open50_ttft_p99_ms": pct(ttft, 0.99),
+            "open50_short_ttft_p99_ms": pct(ttft_short, 0.99),
+            "open50_e2e_p99_ms": pct(e2e, 0.99),
+            "ttft_p99_short_over_unloaded": ratio,
+        }
+        rows.append(
+            (
+                f"open loop, 50% of {capacity:.2f} req/s, {n_open} requests of 4-256 tokens",
+                "time to first token (server-side, from arrival)",
+                f"p50 {pct(ttft, 0.5):.0f} / p99 {pct(ttft, 0.99):.0f} ms; short (<= {short} "
+                f"tokens) p99 {pct(ttft_short, 0.99):.0f} ms = {ratio:.2f}x the unloaded "
+                f"{ttft_unloaded:.0f} ms (goal <= {GOALS['ttft_p99_short_over_unloaded']}); "
+                f"end-to-end p99 {pct(e2e, 0.99):.0f} ms",
+            )
+        )
         if ratio > GOALS["ttft_p99_short_over_unloaded"]:
             failures.append(f"short-request p99 TTFT {ratio:.2f}x the unloaded one")
 
@@ -307,16 +355,22 @@ def main(argv: list[str] | None = None) -> int:
             base_ref = BaseRef(model_id=base_id.model_id, revision=base_id.revision)
             write_manifest(d, AdapterManifest(name=n, version="1", base=base_ref))
             pack(d, work / f"{n}.tar.gz")
-            r = server.client.post("/adapters", json={"name": f"arch-{n}",
-                                                      "src": str(work / f"{n}.tar.gz")})  # fmt: skip
+            r = server.client.post(
+                "/adapters", json={"name": f"arch-{n}", "src": str(work / f"{n}.tar.gz")}
+            )
             if r.status_code != 200:
                 raise BenchmarkError(r.text)
         during = du(work / "work")
         for n in names[:6]:
             server.client.delete(f"/adapters/arch-{n}")
         after = du(work / "work")
-        rows.append(("work directory", "before / with 6 archives registered / after unregistering",
-                     f"{before:,} / {during:,} / {after:,} bytes"))  # fmt: skip
+        rows.append(
+            (
+                "work directory",
+                "before / with 6 archives registered / after unregistering",
+                f"{before:,} / {during:,} / {after:,} bytes",
+            )
+        )
         if after != before or during <= before:
             failures.append(f"work directory {before} -> {during} -> {after} bytes")
     finally:
@@ -338,9 +392,15 @@ def main(argv: list[str] | None = None) -> int:
         + ("all met." if not failures else "FAILED: " + "; ".join(failures))
         + "\n\n"
     )
-    write_section(args.out, HEADING, header + table + "\n\n```json\n"
-                  + json.dumps({k: round(v, 4) for k, v in results.items()}, indent=2)
-                  + "\n```\n")  # fmt: skip
+    write_section(
+        args.out,
+        HEADING,
+        header
+        + table
+        + "\n\n```json\n"
+        + json.dumps({k: round(v, 4) for k, v in results.items()}, indent=2)
+        + "\n```\n",
+    )
     if failures:
         print("goals failed: " + "; ".join(failures))
         return 1

@@ -50,17 +50,38 @@ class Platform:
         self.gateway = f"http://127.0.0.1:{self.ports['gateway']}"
 
     def cmd(self, verb: str, *extra: str) -> list[str]:
-        base = [sys.executable, "-m", "local", verb, "--env", self.env,
-                "--state-dir", str(self.state), "--artifacts", str(self.artifacts)]  # fmt: skip
+        base = [
+            sys.executable,
+            "-m",
+            "local",
+            verb,
+            "--env",
+            self.env,
+            "--state-dir",
+            str(self.state),
+            "--artifacts",
+            str(self.artifacts),
+        ]
         if verb == "up":
-            base += ["--gateway-port", str(self.ports["gateway"]),
-                     "--endpoint-port", str(self.ports["endpoint"]),
-                     "--runtime-port", str(self.ports["runtime"]), "--no-tour"]  # fmt: skip
+            base += [
+                "--gateway-port",
+                str(self.ports["gateway"]),
+                "--endpoint-port",
+                str(self.ports["endpoint"]),
+                "--runtime-port",
+                str(self.ports["runtime"]),
+                "--no-tour",
+            ]
         return [*base, *extra]
 
     def up(self, log: Path) -> subprocess.Popen:
-        return subprocess.Popen(self.cmd("up"), cwd=ROOT, stdout=log.open("w"),
-                                stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        return subprocess.Popen(
+            self.cmd("up"),
+            cwd=ROOT,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
 
     def down(self) -> None:
         subprocess.run(self.cmd("down"), cwd=ROOT, capture_output=True, check=False, timeout=120)
@@ -75,8 +96,9 @@ class Platform:
 
     def availability(self) -> dict[str, dict]:
         try:
-            return httpx.get(f"{self.gateway}/local/status", timeout=10).json().get(
-                "availability", {})  # fmt: skip
+            return (
+                httpx.get(f"{self.gateway}/local/status", timeout=10).json().get("availability", {})
+            )
         except (httpx.HTTPError, ValueError):
             return {}
 
@@ -108,8 +130,12 @@ def check_answers(p: Platform, dep) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--env", default="local")
-    ap.add_argument("--keep-artifacts", type=Path, default=None,
-                    help="copy the trained artifacts here afterwards (e.g. .artifacts)")  # fmt: skip
+    ap.add_argument(
+        "--keep-artifacts",
+        type=Path,
+        default=None,
+        help="copy the trained artifacts here afterwards (e.g. .artifacts)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
     args = ap.parse_args(argv)
     dep = load_deployment(args.env)
@@ -134,11 +160,15 @@ def main(argv: list[str] | None = None) -> int:
                     online[name] = now
                     print(f"  {name} online after {now:.0f} s")
             final = avail or final
-            status = json.loads((p.state / "training.json").read_text()) if (
-                p.state / "training.json").exists() else {}  # fmt: skip
+            status = (
+                json.loads((p.state / "training.json").read_text())
+                if (p.state / "training.json").exists()
+                else {}
+            )
             trainer_done = bool(status.get("finished"))
-            settled = all(st.get("state") in ("online", "not publishable", "failed")
-                          for st in avail.values())  # fmt: skip
+            settled = all(
+                st.get("state") in ("online", "not publishable", "failed") for st in avail.values()
+            )
             if avail and settled and (trainer_done or len(online) == len(dep.adapters)):
                 break
         if proc.poll() not in (None, 0):
@@ -168,8 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         when = f"{online[a.name]:.0f} s" if a.name in online else st
         rows.append(f"| {a.name} online (first up) | {when} | passes its gate |")
     rows.append(f"| every adapter settled (first up) | {first_total:.0f} s | |")
-    rows.append(f"| cached up, until ready | {cached:.1f} s ({cached_online} adapters online) "
-                f"| within {CACHED_GOAL_S:.0f} s |")  # fmt: skip
+    rows.append(
+        f"| cached up, until ready | {cached:.1f} s ({cached_online} adapters online) "
+        f"| within {CACHED_GOAL_S:.0f} s |"
+    )
     table = "\n".join(["| what | time | goal |", "|---|---|---|", *rows])
     print(table)
     failures = list(problems)

@@ -58,16 +58,34 @@ def main(argv: list[str] | None = None) -> int:
     (work / "adapters.yaml").write_text(yaml.safe_dump(catalog, sort_keys=False))
     env = yaml.safe_load((ENVIRONMENTS_DIR / "local.yaml").read_text())
     overrides = env.get("training", {}).get("adapters") or {}
-    env.setdefault("training", {})["adapters"] = {k: v for k, v in overrides.items()
-                                                  if k == ADAPTER}  # fmt: skip
+    env.setdefault("training", {})["adapters"] = {
+        k: v for k, v in overrides.items() if k == ADAPTER
+    }
     (work / "environments").mkdir()
     (work / "environments" / "local.yaml").write_text(yaml.safe_dump(env, sort_keys=False))
     ports = {"gateway": free_port(), "endpoint": free_port(), "runtime": free_port()}
-    up = [sys.executable, "-m", "local", "up", "--catalog", str(work / "adapters.yaml"),
-          "--environments-dir", str(work / "environments"), "--state-dir", str(work / "state"),
-          "--artifacts", str(ROOT / ".artifacts"), "--gateway-port", str(ports["gateway"]),
-          "--endpoint-port", str(ports["endpoint"]), "--runtime-port", str(ports["runtime"]),
-          "--wait", "--no-tour"]  # fmt: skip
+    up = [
+        sys.executable,
+        "-m",
+        "local",
+        "up",
+        "--catalog",
+        str(work / "adapters.yaml"),
+        "--environments-dir",
+        str(work / "environments"),
+        "--state-dir",
+        str(work / "state"),
+        "--artifacts",
+        str(ROOT / ".artifacts"),
+        "--gateway-port",
+        str(ports["gateway"]),
+        "--endpoint-port",
+        str(ports["endpoint"]),
+        "--runtime-port",
+        str(ports["runtime"]),
+        "--wait",
+        "--no-tour",
+    ]
     t0 = time.perf_counter()
     started = subprocess.run(up, cwd=ROOT, text=True, capture_output=True, check=False)
     print(started.stdout[-3000:])
@@ -83,18 +101,25 @@ def main(argv: list[str] | None = None) -> int:
     failures: list[str] = []
     try:
         http = httpx.Client(base_url=gateway, timeout=600)
-        client = openai.OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0,
-                               timeout=600)  # fmt: skip
+        client = openai.OpenAI(
+            base_url=f"{gateway}/v1", api_key="unused", max_retries=0, timeout=600
+        )
 
         def native(text: str) -> str:
-            r = http.post(f"/v1/adapters/{ADAPTER}/generate",
-                          json={"inputs": text, "parameters": {"max_new_tokens": 128}})  # fmt: skip
+            r = http.post(
+                f"/v1/adapters/{ADAPTER}/generate",
+                json={"inputs": text, "parameters": {"max_new_tokens": 128}},
+            )
             r.raise_for_status()
             return r.json()["output"]
 
         def chat(text: str) -> str:
-            out = client.chat.completions.create(model=ADAPTER, max_tokens=128, temperature=0,
-                                                 messages=[{"role": "user", "content": text}])  # fmt: skip
+            out = client.chat.completions.create(
+                model=ADAPTER,
+                max_tokens=128,
+                temperature=0,
+                messages=[{"role": "user", "content": text}],
+            )
             return out.choices[0].message.content or ""
 
         rows = []
@@ -116,22 +141,35 @@ def main(argv: list[str] | None = None) -> int:
             key = "native" if route.startswith("native") else "openai"
             results[f"{key}_valid_share"] = valid / len(cases)
             results[f"{key}_exact_share"] = exact / len(cases)
-            rows.append(f"| {route} | {len(cases)} | {valid}/{len(cases)} | "
-                        f"{exact}/{len(cases)} | {took:.0f} s |")  # fmt: skip
+            rows.append(
+                f"| {route} | {len(cases)} | {valid}/{len(cases)} | "
+                f"{exact}/{len(cases)} | {took:.0f} s |"
+            )
             print(rows[-1], flush=True)
     finally:
-        subprocess.run([sys.executable, "-m", "local", "down", "--state-dir", str(work / "state")],
-                       cwd=ROOT, check=False, capture_output=True)  # fmt: skip
-    table = "\n".join(["| route | test inputs | schema-valid | equal to the label | time |",
-                       "|---|---|---|---|---|", *rows])  # fmt: skip
-    text = (f"{HEADING}\n\nCommand: `.venv/bin/python benchmarks/structured.py` "
-            f"({time.strftime('%Y-%m-%d')}, {cores()} cores; local platform on SmolLM2-135M-"
-            f"Instruct with the catalog's sales-json adapter, requests naming no schema, so the "
-            f"catalog's `sales-record` applies; greedy, at most 128 new tokens (the local router's cap); the run took "
-            f"{time.perf_counter() - t0:.0f} s including start-up"
-            + (" and training" if "training" in started.stdout else "") + "). Goal: every "
-            "answer schema-valid: " + ("met." if not failures else "FAILED.") + "\n\n" + table
-            + "\n")  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "local", "down", "--state-dir", str(work / "state")],
+            cwd=ROOT,
+            check=False,
+            capture_output=True,
+        )
+    table = "\n".join(
+        [
+            "| route | test inputs | schema-valid | equal to the label | time |",
+            "|---|---|---|---|---|",
+            *rows,
+        ]
+    )
+    text = (
+        f"{HEADING}\n\nCommand: `.venv/bin/python benchmarks/structured.py` "
+        f"({time.strftime('%Y-%m-%d')}, {cores()} cores; local platform on SmolLM2-135M-"
+        f"Instruct with the catalog's sales-json adapter, requests naming no schema, so the "
+        f"catalog's `sales-record` applies; greedy, at most 128 new tokens (the local router's cap); the run took "
+        f"{time.perf_counter() - t0:.0f} s including start-up"
+        + (" and training" if "training" in started.stdout else "")
+        + "). Goal: every "
+        "answer schema-valid: " + ("met." if not failures else "FAILED.") + "\n\n" + table + "\n"
+    )
     print(text)
     for f in failures[:10]:
         print("invalid:", f)

@@ -25,18 +25,22 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.results import write_section
 from config import CATALOG_PATH, TASK_PROFILES
 from infra.adapters import MAX_RESOURCES_PER_TEMPLATE, MAX_TEMPLATE_BYTES
-from infra.snapshots import synth
+from ops.snapshots import synth
 
 
 def catalog_with(n: int, dest: Path) -> Path:
     data = yaml.safe_load(CATALOG_PATH.read_text())
     tasks = sorted(TASK_PROFILES)
     data["adapters"] = [
-        {"name": f"tenant-{i:04d}-{tasks[i % len(tasks)].replace('_', '-')}", "version": "1.0.0",
-         "base": "qwen3-4b", "task": tasks[i % len(tasks)],
-         "allow": {"tenants": [f"team-{i % 37}"]}}
+        {
+            "name": f"tenant-{i:04d}-{tasks[i % len(tasks)].replace('_', '-')}",
+            "version": "1.0.0",
+            "base": "qwen3-4b",
+            "task": tasks[i % len(tasks)],
+            "allow": {"tenants": [f"team-{i % 37}"]},
+        }
         for i in range(n)
-    ]  # fmt: skip
+    ]
     path = dest / f"adapters-{n}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -51,9 +55,11 @@ def measure(n: int, work: Path) -> dict:
     sizes = {name: (out / f"{name}.template.json").stat().st_size for name in templates}
     counts = {name: len(t.get("Resources", {})) for name, t in templates.items()}
     components = sum(
-        1 for t in templates.values() for r in t.get("Resources", {}).values()
+        1
+        for t in templates.values()
+        for r in t.get("Resources", {}).values()
         if r["Type"] == "AWS::SageMaker::InferenceComponent"
-    )  # fmt: skip
+    )
     return {
         "adapters": n,
         "seconds": round(seconds, 1),
@@ -76,8 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         for n in args.sizes:
             print(f"synthesizing dev with {n} adapters ...", flush=True)
             rows.append(measure(n, Path(tmp)))
-    header = ("| adapters | synth s | s per 100 adapters | stacks | inference components (base + adapters) | "
-              "most resources in one template | largest template (bytes) |")  # fmt: skip
+    header = (
+        "| adapters | synth s | s per 100 adapters | stacks | inference components (base + adapters) | "
+        "most resources in one template | largest template (bytes) |"
+    )
     lines = [header, "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
@@ -87,16 +95,24 @@ def main(argv: list[str] | None = None) -> int:
         )
     table = "\n".join(lines)
     print(table)
-    ok = all(r["max_resources"] <= MAX_RESOURCES_PER_TEMPLATE and r["max_bytes"] <= MAX_TEMPLATE_BYTES
-             for r in rows)  # fmt: skip
+    ok = all(
+        r["max_resources"] <= MAX_RESOURCES_PER_TEMPLATE and r["max_bytes"] <= MAX_TEMPLATE_BYTES
+        for r in rows
+    )
     small, large = rows[0], rows[-1]
     growth = (large["seconds"] / small["seconds"]) / (large["adapters"] / small["adapters"])
-    verdict = (f"Synth time grew {large['seconds'] / small['seconds']:.1f}x for "
-               f"{large['adapters'] / small['adapters']:.0f}x the adapters "
-               f"({growth:.2f} of linear).")  # fmt: skip
+    verdict = (
+        f"Synth time grew {large['seconds'] / small['seconds']:.1f}x for "
+        f"{large['adapters'] / small['adapters']:.0f}x the adapters "
+        f"({growth:.2f} of linear)."
+    )
     print(verdict)
-    print("limits", "kept" if ok else "EXCEEDED", f"(<= {MAX_RESOURCES_PER_TEMPLATE} resources, "
-          f"<= {MAX_TEMPLATE_BYTES:,} bytes per template)")  # fmt: skip
+    print(
+        "limits",
+        "kept" if ok else "EXCEEDED",
+        f"(<= {MAX_RESOURCES_PER_TEMPLATE} resources, "
+        f"<= {MAX_TEMPLATE_BYTES:,} bytes per template)",
+    )
     write_section(
         args.results,
         "## Synth scale",

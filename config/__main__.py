@@ -57,8 +57,18 @@ def _print_deployment(dep: Deployment) -> None:
                 allowed,
             ]
         )
-    header = ["adapter", "version", "task", "r", "alpha", "targets", "component", "pin",
-              "artifact", "allowed"]  # fmt: skip
+    header = [
+        "adapter",
+        "version",
+        "task",
+        "r",
+        "alpha",
+        "targets",
+        "component",
+        "pin",
+        "artifact",
+        "allowed",
+    ]
     print(_table(rows, header))
     print()
 

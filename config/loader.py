@@ -535,8 +535,9 @@ def resolve(catalog: Catalog, env: Environment, catalog_file: str, env_dir: str)
             continue
         issues.extend(_rank_issues(catalog_file, label, a, env.base, base))
         if (problem := cap_problem(a.quota, env.router.max_new_tokens_cap)) is not None:
-            issues.append(Issue(catalog_file, label, "quota", f"in environment {env.name!r}: "
-                                f"{problem}"))  # fmt: skip
+            issues.append(
+                Issue(catalog_file, label, "quota", f"in environment {env.name!r}: {problem}")
+            )
         component = f"{env.prefix}-{a.name}"
         names = (
             [component]

@@ -43,7 +43,7 @@ class CapacityError(ValueError):
 
 
 @dataclass(frozen=True)
-class Plan:
+class CapacityPlan:
     instance_type: str
     device: str
     device_gib: float
@@ -92,7 +92,7 @@ def adapter_bytes(base: BaseModelEntry, rank: int, modules: tuple[str, ...]) -> 
     return per_layer * base.architecture.num_hidden_layers * dtype_bytes
 
 
-def plan(dep: Deployment) -> Plan:
+def plan(dep: Deployment) -> CapacityPlan:
     s = dep.env.serving
     if s.instance_type not in DEVICES:
         raise CapacityError(
@@ -133,5 +133,15 @@ def plan(dep: Deployment) -> Plan:
         raise CapacityError(
             f"{where}: {pinned} pinned adapters exceed {max_loras} device slots; unpin some"
         )
-    return Plan(s.instance_type, device, device_gib, usable, base, kv, adapter / 2**20, fits,
-                max_loras, source)  # fmt: skip
+    return CapacityPlan(
+        s.instance_type,
+        device,
+        device_gib,
+        usable,
+        base,
+        kv,
+        adapter / 2**20,
+        fits,
+        max_loras,
+        source,
+    )

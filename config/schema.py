@@ -210,9 +210,11 @@ def cap_problem(quota: QuotaConfig | None, cap: int) -> str | None:
     tokens-per-minute limit at or under the cap refuses every request at the cap (a 400)."""
     limit = quota.tokens_per_minute if quota is not None else None
     if limit is not None and limit <= cap:
-        return (f"tokens_per_minute {limit} is not above max_new_tokens_cap {cap}: a request at "
-                "the cap plus its prompt could never be admitted; raise the limit or lower the "
-                "cap")  # fmt: skip
+        return (
+            f"tokens_per_minute {limit} is not above max_new_tokens_cap {cap}: a request at "
+            "the cap plus its prompt could never be admitted; raise the limit or lower the "
+            "cap"
+        )
     return None
 
 
@@ -594,7 +596,7 @@ class Catalog(_Strict):
     adapters: list[AdapterEntry] = Field(default_factory=list)
 
 
-class Engine(StrEnum):
+class EngineKind(StrEnum):
     """The model server. One: this project's runtime on vLLM. ``lmi`` (AWS's LMI image) was
     removed: it runs the same vLLM without the runtime's adapter checks, artifact identity,
     request bounds and CPU build, so it could be neither tested here nor smoke-checked there."""
@@ -623,10 +625,12 @@ class ServingConfig(_Strict):
     kv_cache_gb: float = Field(default=4.0, ge=0.0)
     startup_timeout_s: int = Field(default=900, ge=60, le=3600)
     rollout_wait_s: int = Field(
-        default=300, ge=0, le=3600,
+        default=300,
+        ge=0,
+        le=3600,
         description="seconds a rolling update of the base component waits between copies, "
         "watching the 5xx alarm",
-    )  # fmt: skip
+    )
     max_batch_size: int = Field(default=RuntimeSettings.default("max_batch_size"), ge=1)
 
     @model_validator(mode="after")
@@ -693,9 +697,11 @@ class RouterConfig(_Strict):
     gateway_timeout_s: int = Field(default=150, ge=1, le=900)
     timeout_s: int = Field(default=150, ge=10, le=900)
     invoke_deadline_s: float = Field(
-        default=RouterSettings.default("invoke_deadline_s"), gt=0, le=60,
+        default=RouterSettings.default("invoke_deadline_s"),
+        gt=0,
+        le=60,
         description="a buffered generation's deadline (SageMaker's own limit is 60 s)",
-    )  # fmt: skip
+    )
     stream_deadline_s: float = Field(
         default=RouterSettings.default("stream_deadline_s"),
         gt=0,
@@ -804,7 +810,7 @@ class Environment(_Strict):
         default_factory=dict,
         description="serve catalog base X as Y here (the local platform's tiny stand-in)",
     )
-    engine: Engine = Engine.runtime
+    engine: EngineKind = EngineKind.runtime
 
     @field_validator("engine", mode="before")
     @classmethod

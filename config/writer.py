@@ -18,9 +18,14 @@ from config.loader import CATALOG_PATH, CatalogError, load_catalog
 _ENTRY = re.compile(r"^(?P<indent>\s*)-\s+name:\s*['\"]?(?P<name>[^'\"\s#]+)['\"]?\s*(#.*)?$")
 
 
-def set_artifact(name: str, artifact: str | None, sha256: str, path: Path = CATALOG_PATH,
-                 weights_sha256: str | None = None,
-                 gated_base_revision: str | None = None) -> None:  # fmt: skip
+def set_artifact(
+    name: str,
+    artifact: str | None,
+    sha256: str,
+    path: Path = CATALOG_PATH,
+    weights_sha256: str | None = None,
+    gated_base_revision: str | None = None,
+) -> None:
     """Record an adapter's published archive: its hash (and its weights' hash, which the
     runtime reports with every answer), and its URI when given (``None`` keeps the URI derived
     per environment, for a catalog several environments share)."""

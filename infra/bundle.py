@@ -71,11 +71,25 @@ def dependencies() -> Path:
     )
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
     cmd = [
-        sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-        "--no-compile", "--target", str(staging), "--platform", PLATFORM,
-        "--implementation", "cp", "--python-version", PYTHON_VERSION,
-        "--only-binary=:all:", "-r", str(REQUIREMENTS),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-compile",
+        "--target",
+        str(staging),
+        "--platform",
+        PLATFORM,
+        "--implementation",
+        "cp",
+        "--python-version",
+        PYTHON_VERSION,
+        "--only-binary=:all:",
+        "-r",
+        str(REQUIREMENTS),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)
@@ -94,8 +108,13 @@ def dependencies() -> Path:
 def router_bundle(routing_table: dict[str, Any]) -> tuple[Path, str]:
     """Directory holding the Lambda's code, and the asset hash that names it."""
     table = table_bytes(routing_table)
-    parts = [REQUIREMENTS.read_bytes(), PLATFORM.encode(), PYTHON_VERSION.encode(), table,
-             ENTRY_SCRIPT.read_bytes()]  # fmt: skip
+    parts = [
+        REQUIREMENTS.read_bytes(),
+        PLATFORM.encode(),
+        PYTHON_VERSION.encode(),
+        table,
+        ENTRY_SCRIPT.read_bytes(),
+    ]
     for path in _sources():
         parts += [path.relative_to(ROOT).as_posix().encode(), path.read_bytes()]
     asset_hash = _digest(*parts)

@@ -85,9 +85,12 @@ class Network(Construct):
             self, "CacheSg", vpc=self.vpc, description="response cache", allow_all_outbound=False
         )
         self.endpoints_sg = ec2.SecurityGroup(
-            self, "EndpointsSg", vpc=self.vpc, description="VPC interface endpoints",
+            self,
+            "EndpointsSg",
+            vpc=self.vpc,
+            description="VPC interface endpoints",
             allow_all_outbound=False,
-        )  # fmt: skip
+        )
         for finding in (
             "AwsSolutions-EC23",
             "HIPAA.Security-EC2RestrictedCommonPorts",

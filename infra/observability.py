@@ -47,9 +47,12 @@ class Observability(Construct):
 
         # The topic's own key: CloudWatch must be allowed to use it, and that grant belongs here.
         self.key = kms.Key(
-            self, "AlarmKey", description=f"{prefix}: alarm topic", enable_key_rotation=True,
+            self,
+            "AlarmKey",
+            description=f"{prefix}: alarm topic",
+            enable_key_rotation=True,
             removal_policy=removal,
-        )  # fmt: skip
+        )
         self.key.grant(
             iam.ServicePrincipal("cloudwatch.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*"
         )
@@ -84,22 +87,37 @@ class Observability(Construct):
             )
 
         def gw(name: str, stat: str) -> cw.Metric:
-            return cw.Metric(namespace="AWS/ApiGateway", metric_name=name, dimensions_map=api,
-                             statistic=stat, period=PERIOD)  # fmt: skip
+            return cw.Metric(
+                namespace="AWS/ApiGateway",
+                metric_name=name,
+                dimensions_map=api,
+                statistic=stat,
+                period=PERIOD,
+            )
 
         def per_adapter(metric: str, stat: str, label: str) -> cw.MathExpression:
             return cw.MathExpression(
                 expression=(
-                    "SEARCH('{AWS/SageMaker,InferenceComponentName} MetricName=\"" + metric
-                    + "\" InferenceComponentName=\"" + prefix + "-\"', '" + stat + "', 300)"
+                    "SEARCH('{AWS/SageMaker,InferenceComponentName} MetricName=\""
+                    + metric
+                    + '" InferenceComponentName="'
+                    + prefix
+                    + "-\"', '"
+                    + stat
+                    + "', 300)"
                 ),
                 label=label,
                 period=PERIOD,
-            )  # fmt: skip
+            )
 
         def router(name: str) -> cw.Metric:
-            return cw.Metric(namespace=NAMESPACE, metric_name=name, statistic="Sum",
-                             dimensions_map={"service": ROUTER_SERVICE}, period=PERIOD)  # fmt: skip
+            return cw.Metric(
+                namespace=NAMESPACE,
+                metric_name=name,
+                statistic="Sum",
+                dimensions_map={"service": ROUTER_SERVICE},
+                period=PERIOD,
+            )
 
         hit_rate = cw.MathExpression(
             expression="100 * hit / (hit + miss)",
@@ -108,11 +126,16 @@ class Observability(Construct):
             period=PERIOD,
         )
         load = [
-            cw.Metric(namespace=NAMESPACE, metric_name="AdapterLoadLatency", statistic="p99",
-                      dimensions_map={"Endpoint": dep.endpoint_name, "Source": source},
-                      label=f"from {source}", period=PERIOD)
+            cw.Metric(
+                namespace=NAMESPACE,
+                metric_name="AdapterLoadLatency",
+                statistic="p99",
+                dimensions_map={"Endpoint": dep.endpoint_name, "Source": source},
+                label=f"from {source}",
+                period=PERIOD,
+            )
             for source in ("host", "disk")
-        ]  # fmt: skip
+        ]
         gpu_memory = cw.Metric(
             namespace="/aws/sagemaker/InferenceComponents",
             metric_name="GPUMemoryUtilizationNormalized",
@@ -122,31 +145,51 @@ class Observability(Construct):
         )
         self.dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=f"{prefix}-lora-fleet")
         self.dashboard.add_widgets(
-            cw.GraphWidget(title="Router requests and errors", width=12,
-                           left=[gw("Count", "Sum"), gw("4XXError", "Sum"), gw("5XXError", "Sum")]),
-            cw.GraphWidget(title="Router latency (ms)", width=12,
-                           left=[gw("Latency", "p50"), gw("Latency", "p99")]),
-        )  # fmt: skip
+            cw.GraphWidget(
+                title="Router requests and errors",
+                width=12,
+                left=[gw("Count", "Sum"), gw("4XXError", "Sum"), gw("5XXError", "Sum")],
+            ),
+            cw.GraphWidget(
+                title="Router latency (ms)",
+                width=12,
+                left=[gw("Latency", "p50"), gw("Latency", "p99")],
+            ),
+        )
         self.dashboard.add_widgets(
-            cw.GraphWidget(title="Invocations per adapter", width=8,
-                           left=[per_adapter("Invocations", "Sum", "invocations")]),
-            cw.GraphWidget(title="Errors per adapter", width=8,
-                           left=[per_adapter("Invocation5XXErrors", "Sum", "5xx"),
-                                 per_adapter("Invocation4XXErrors", "Sum", "4xx")]),
-            cw.GraphWidget(title="Model latency per adapter, p99 (µs)", width=8,
-                           left=[per_adapter("ModelLatency", "p99", "p99")]),
-        )  # fmt: skip
+            cw.GraphWidget(
+                title="Invocations per adapter",
+                width=8,
+                left=[per_adapter("Invocations", "Sum", "invocations")],
+            ),
+            cw.GraphWidget(
+                title="Errors per adapter",
+                width=8,
+                left=[
+                    per_adapter("Invocation5XXErrors", "Sum", "5xx"),
+                    per_adapter("Invocation4XXErrors", "Sum", "4xx"),
+                ],
+            ),
+            cw.GraphWidget(
+                title="Model latency per adapter, p99 (µs)",
+                width=8,
+                left=[per_adapter("ModelLatency", "p99", "p99")],
+            ),
+        )
         self.dashboard.add_widgets(
             cw.GraphWidget(title="Adapter load latency, p99 (ms)", width=8, left=load),
             cw.GraphWidget(title="Response cache hit rate (%)", width=8, left=[hit_rate]),
             cw.GraphWidget(title="Base component GPU memory (%)", width=8, left=[gpu_memory]),
-        )  # fmt: skip
+        )
 
         action = cw_actions.SnsAction(self.topic)
         alarms = {
             "Router5xx": gw("5XXError", "Sum").create_alarm(
-                self, "Router5xxAlarm", alarm_name=f"{prefix}-router-5xx",
-                threshold=o.error_alarm_5xx_per_5min, evaluation_periods=1,
+                self,
+                "Router5xxAlarm",
+                alarm_name=f"{prefix}-router-5xx",
+                threshold=o.error_alarm_5xx_per_5min,
+                evaluation_periods=1,
                 comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
                 alarm_description="Router answered 5xx (SageMaker errors, timeouts, crashes).",
@@ -154,8 +197,11 @@ class Observability(Construct):
             # A stream that fails after its 200 status is not in API Gateway's 5XXError;
             # the router counts those itself (lambda_proxy.streaming).
             "RouterStream5xx": router("StreamServerError").create_alarm(
-                self, "RouterStream5xxAlarm", alarm_name=f"{prefix}-router-stream-5xx",
-                threshold=o.error_alarm_5xx_per_5min, evaluation_periods=1,
+                self,
+                "RouterStream5xxAlarm",
+                alarm_name=f"{prefix}-router-stream-5xx",
+                threshold=o.error_alarm_5xx_per_5min,
+                evaluation_periods=1,
                 comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
                 alarm_description="Streams that failed after they began (SageMaker errors, "
@@ -164,8 +210,11 @@ class Observability(Construct):
             # The router switched a canary off (lambda_proxy.canary): its error rate passed the
             # entry's threshold. The router's log holds the adapter, version and reason.
             "CanaryRollback": router("CanaryRollback").create_alarm(
-                self, "CanaryRollbackAlarm", alarm_name=f"{prefix}-canary-rollback",
-                threshold=1, evaluation_periods=1,
+                self,
+                "CanaryRollbackAlarm",
+                alarm_name=f"{prefix}-canary-rollback",
+                threshold=1,
+                evaluation_periods=1,
                 comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
                 alarm_description="The router rolled a canary back to its stable version (its "
@@ -173,35 +222,50 @@ class Observability(Construct):
                 "back' line names it. Remove or replace the canary: make rollback ADAPTER=NAME.",
             ),
             "RouterLatency": gw("Latency", "p99").create_alarm(
-                self, "RouterLatencyAlarm", alarm_name=f"{prefix}-router-latency-p99",
-                threshold=o.latency_alarm_p99_ms, evaluation_periods=3, datapoints_to_alarm=2,
+                self,
+                "RouterLatencyAlarm",
+                alarm_name=f"{prefix}-router-latency-p99",
+                threshold=o.latency_alarm_p99_ms,
+                evaluation_periods=3,
+                datapoints_to_alarm=2,
                 comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
                 alarm_description="Router p99 latency over the environment's threshold.",
             ),
             "Endpoint5xx": cw.Metric(
-                namespace="AWS/SageMaker", metric_name="Invocation5XXErrors", statistic="Sum",
+                namespace="AWS/SageMaker",
+                metric_name="Invocation5XXErrors",
+                statistic="Sum",
                 dimensions_map={"EndpointName": dep.endpoint_name, "VariantName": "AllTraffic"},
                 period=PERIOD,
             ).create_alarm(
-                self, "Endpoint5xxAlarm", alarm_name=f"{prefix}-endpoint-5xx",
-                threshold=o.error_alarm_5xx_per_5min, evaluation_periods=1,
+                self,
+                "Endpoint5xxAlarm",
+                alarm_name=f"{prefix}-endpoint-5xx",
+                threshold=o.error_alarm_5xx_per_5min,
+                evaluation_periods=1,
                 comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
                 alarm_description="The endpoint's container answered 5xx.",
             ),
             "RouterErrors": cw.Metric(
-                namespace="AWS/Lambda", metric_name="Errors", statistic="Sum",
-                dimensions_map={"FunctionName": function_name}, period=PERIOD,
+                namespace="AWS/Lambda",
+                metric_name="Errors",
+                statistic="Sum",
+                dimensions_map={"FunctionName": function_name},
+                period=PERIOD,
             ).create_alarm(
-                self, "RouterErrorsAlarm", alarm_name=f"{prefix}-router-errors",
-                threshold=1, evaluation_periods=1,
+                self,
+                "RouterErrorsAlarm",
+                alarm_name=f"{prefix}-router-errors",
+                threshold=1,
+                evaluation_periods=1,
                 comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
                 alarm_description="The router function raised (its handler catches every "
                 "request error, so any is a bug).",
             ),
-        }  # fmt: skip
+        }
         for alarm in alarms.values():
             alarm.add_alarm_action(action)
             alarm.add_ok_action(action)

@@ -43,8 +43,15 @@ RELEASE_STEPS = "image,weights,adapters,approval"
 
 #: Action wildcards in the policies CDK Pipelines writes for its roles: object- and key-level
 #: verbs on the pipeline's own artifact bucket and key (``grantReadWrite`` and friends).
-_GENERATED_ACTIONS = ("s3:GetObject*", "s3:GetBucket*", "s3:List*", "s3:DeleteObject*",
-                      "s3:Abort*", "kms:ReEncrypt*", "kms:GenerateDataKey*")  # fmt: skip
+_GENERATED_ACTIONS = (
+    "s3:GetObject*",
+    "s3:GetBucket*",
+    "s3:List*",
+    "s3:DeleteObject*",
+    "s3:Abort*",
+    "kms:ReEncrypt*",
+    "kms:GenerateDataKey*",
+)
 
 
 class EnvironmentStage(Stage):
@@ -70,9 +77,12 @@ class PipelineStack(Stack):
             config.repository, config.branch, connection_arn=config.connection_arn
         )
         synth = pipelines.CodeBuildStep(
-            "Synth", input=source, commands=SYNTH_COMMANDS, primary_output_directory="cdk.out",
+            "Synth",
+            input=source,
+            commands=SYNTH_COMMANDS,
+            primary_output_directory="cdk.out",
             partial_build_spec=RUNTIMES,
-        )  # fmt: skip
+        )
         self.pipeline = pipelines.CodePipeline(
             self,
             "Pipeline",
@@ -122,8 +132,9 @@ class PipelineStack(Stack):
             # they are staged after the stateful stack (repository, bucket) and before serving.
             release = pipelines.StackSteps(stack=serving, pre=[self._release(name, dep)])
             router = next(s for s in stage.stacks if s.stack_name == f"{dep.env.prefix}-router")
-            self.pipeline.add_stage(stage, pre=pre, post=[self._smoke(name, dep, router)],
-                                    stack_steps=[release])  # fmt: skip
+            self.pipeline.add_stage(
+                stage, pre=pre, post=[self._smoke(name, dep, router)], stack_steps=[release]
+            )
             self.stages.append(name)
         self.pipeline.build_pipeline()
         # cfn-lint's E3703 validates action configurations only in their literal form and reports
@@ -135,33 +146,55 @@ class PipelineStack(Stack):
         self._acknowledge_generated()
 
     def _artifact_bucket(self) -> tuple[kms.Key, s3.Bucket]:
-        key = kms.Key(self, "ArtifactKey", description="lora-fleet pipeline artifacts",
-                      enable_key_rotation=True, removal_policy=RemovalPolicy.RETAIN)  # fmt: skip
-        logs = s3.Bucket(
-            self, "ArtifactAccessLogs", encryption=s3.BucketEncryption.S3_MANAGED,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL, enforce_ssl=True,
-            versioned=True, object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+        key = kms.Key(
+            self,
+            "ArtifactKey",
+            description="lora-fleet pipeline artifacts",
+            enable_key_rotation=True,
             removal_policy=RemovalPolicy.RETAIN,
-        )  # fmt: skip
-        for finding in ("HIPAA.Security-S3DefaultEncryptionKMS",
-                        "NIST.800.53.R5-S3DefaultEncryptionKMS"):  # fmt: skip
+        )
+        logs = s3.Bucket(
+            self,
+            "ArtifactAccessLogs",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            versioned=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        for finding in (
+            "HIPAA.Security-S3DefaultEncryptionKMS",
+            "NIST.800.53.R5-S3DefaultEncryptionKMS",
+        ):
             reason = "S3 server access log delivery supports only SSE-S3 on the target bucket."
             acknowledge(logs, finding, reason)
         bucket = s3.Bucket(
-            self, "Artifacts", encryption=s3.BucketEncryption.KMS, encryption_key=key,
-            bucket_key_enabled=True, block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            enforce_ssl=True, versioned=True, server_access_logs_bucket=logs,
+            self,
+            "Artifacts",
+            encryption=s3.BucketEncryption.KMS,
+            encryption_key=key,
+            bucket_key_enabled=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            versioned=True,
+            server_access_logs_bucket=logs,
             server_access_logs_prefix="pipeline-artifacts/",
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             removal_policy=RemovalPolicy.RETAIN,
-        )  # fmt: skip
+        )
         for b in (logs, bucket):
-            for finding in ("HIPAA.Security-S3BucketReplicationEnabled",
-                            "NIST.800.53.R5-S3BucketReplicationEnabled"):  # fmt: skip
-                acknowledge(b, finding,
-                            "Pipeline artifacts and their access logs are intermediate build "
-                            "outputs, re-created by every run from the repository; versioning "
-                            "keeps their history in-region.")  # fmt: skip
+            for finding in (
+                "HIPAA.Security-S3BucketReplicationEnabled",
+                "NIST.800.53.R5-S3BucketReplicationEnabled",
+            ):
+                acknowledge(
+                    b,
+                    finding,
+                    "Pipeline artifacts and their access logs are intermediate build "
+                    "outputs, re-created by every run from the repository; versioning "
+                    "keeps their history in-region.",
+                )
         return key, bucket
 
     def _release(self, name: str, dep: Deployment) -> pipelines.CodeBuildStep:
@@ -172,49 +205,74 @@ class PipelineStack(Stack):
         prefix = dep.env.prefix
 
         def arn(service: str, resource: str, name: str, sep=ArnFormat.SLASH_RESOURCE_NAME) -> str:
-            return stack.format_arn(service=service, resource=resource, resource_name=name,
-                                    region=region, account=account, arn_format=sep)  # fmt: skip
+            return stack.format_arn(
+                service=service,
+                resource=resource,
+                resource_name=name,
+                region=region,
+                account=account,
+                arn_format=sep,
+            )
 
         bucket = dep.env.artifact_bucket or f"{prefix}-artifacts-{account}-{region}"
         repository = dep.base.image.repository_name(prefix)
-        stacks = [arn("cloudformation", "stack", f"{prefix}-*/*"),
-                  arn("cloudformation", "stack", "lora-fleet-account/*")]  # fmt: skip
-        objects = [f"arn:{stack.partition}:s3:::{bucket}/{p}*"
-                   for p in ("base/", "adapters/", "merged/", "release/")]  # fmt: skip
+        stacks = [
+            arn("cloudformation", "stack", f"{prefix}-*/*"),
+            arn("cloudformation", "stack", "lora-fleet-account/*"),
+        ]
+        objects = [
+            f"arn:{stack.partition}:s3:::{bucket}/{p}*"
+            for p in ("base/", "adapters/", "merged/", "release/")
+        ]
         packages = [
             arn("sagemaker", "model-package-group", f"{prefix}-*"),
             arn("sagemaker", "model-package", f"{prefix}-*/*"),
         ]
         self._release_arns.append([*stacks, *objects, arn("kms", "key", "*"), *packages])
         statements = [
-            iam.PolicyStatement(actions=["cloudformation:DescribeStacks",
-                                         "cloudformation:GetTemplate"], resources=stacks),
+            iam.PolicyStatement(
+                actions=["cloudformation:DescribeStacks", "cloudformation:GetTemplate"],
+                resources=stacks,
+            ),
             iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=objects),
-            iam.PolicyStatement(actions=["s3:ListBucket"],
-                                resources=[f"arn:{stack.partition}:s3:::{bucket}"]),
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"], resources=[f"arn:{stack.partition}:s3:::{bucket}"]
+            ),
             # Publish registers each version in its adapter's model package group, pending
             # approval; the release's approval step reads the packages (training.registry).
             # Approving is a person's (training.approve), so UpdateModelPackage is not here.
             iam.PolicyStatement(
-                actions=["sagemaker:CreateModelPackage", "sagemaker:DescribeModelPackage",
-                         "sagemaker:ListModelPackages"],
+                actions=[
+                    "sagemaker:CreateModelPackage",
+                    "sagemaker:DescribeModelPackage",
+                    "sagemaker:ListModelPackages",
+                ],
                 resources=packages,
             ),
             iam.PolicyStatement(
-                actions=["kms:GenerateDataKey", "kms:Decrypt"], resources=[arn("kms", "key", "*")],
-                conditions={"ForAnyValue:StringEquals": {
-                    "kms:ResourceAliases": f"alias/{prefix}-data"}},
+                actions=["kms:GenerateDataKey", "kms:Decrypt"],
+                resources=[arn("kms", "key", "*")],
+                conditions={
+                    "ForAnyValue:StringEquals": {"kms:ResourceAliases": f"alias/{prefix}-data"}
+                },
             ),
             iam.PolicyStatement(
-                actions=["ecr:BatchCheckLayerAvailability", "ecr:InitiateLayerUpload",
-                         "ecr:UploadLayerPart", "ecr:CompleteLayerUpload", "ecr:PutImage",
-                         "ecr:DescribeImages", "ecr:BatchGetImage"],
+                actions=[
+                    "ecr:BatchCheckLayerAvailability",
+                    "ecr:InitiateLayerUpload",
+                    "ecr:UploadLayerPart",
+                    "ecr:CompleteLayerUpload",
+                    "ecr:PutImage",
+                    "ecr:DescribeImages",
+                    "ecr:BatchGetImage",
+                ],
                 resources=[arn("ecr", "repository", repository)],
             ),
             # Neither has a resource-level form (Service Authorization Reference).
-            iam.PolicyStatement(actions=["ecr:GetAuthorizationToken", "sts:GetCallerIdentity"],
-                                resources=["*"]),
-        ]  # fmt: skip
+            iam.PolicyStatement(
+                actions=["ecr:GetAuthorizationToken", "sts:GetCallerIdentity"], resources=["*"]
+            ),
+        ]
         return pipelines.CodeBuildStep(
             f"Release-{name}",
             commands=["make setup", f"make release ENV={name} ARGS='--only {RELEASE_STEPS}'"],
@@ -233,10 +291,13 @@ class PipelineStack(Stack):
         region = dep.env.region
         account = dep.env.account or stack.account
         generate = stack.format_arn(
-            service="execute-api", resource="*", region=region, account=account,
+            service="execute-api",
+            resource="*",
+            region=region,
+            account=account,
             resource_name="live/POST/v1/adapters/*/generate",
             arn_format=ArnFormat.SLASH_RESOURCE_NAME,
-        )  # fmt: skip
+        )
         self._smoke_arns.append(generate)
         statements = [iam.PolicyStatement(actions=["execute-api:Invoke"], resources=[generate])]
         return pipelines.CodeBuildStep(
@@ -261,9 +322,11 @@ class PipelineStack(Stack):
         projects = [c for c in self.node.find_all() if isinstance(c, codebuild.CfnProject)]
         smoke = [stack.get_logical_id(c) for c in projects if "/Smoke-" in c.node.path]
         release = [stack.get_logical_id(c) for c in projects if "/Release-" in c.node.path]
-        own = [stack.get_logical_id(c) for c in projects
-               if c.node.path.endswith(("/Synth/CdkBuildProject/Resource",
-                                        "/SelfMutation/Resource"))]  # fmt: skip
+        own = [
+            stack.get_logical_id(c)
+            for c in projects
+            if c.node.path.endswith(("/Synth/CdkBuildProject/Resource", "/SelfMutation/Resource"))
+        ]
 
         def verbs(actions: tuple[str, ...]) -> dict[str, str]:
             return {
@@ -329,24 +392,42 @@ class PipelineStack(Stack):
             ),
         }
         smoke_role = {
-            **verbs(("s3:GetObject*", "s3:GetBucket*", "s3:List*", "kms:ReEncrypt*",
-                     "kms:GenerateDataKey*")),
-            **objects, **project_logs(smoke), **inline,
-        }  # fmt: skip
+            **verbs(
+                (
+                    "s3:GetObject*",
+                    "s3:GetBucket*",
+                    "s3:List*",
+                    "kms:ReEncrypt*",
+                    "kms:GenerateDataKey*",
+                )
+            ),
+            **objects,
+            **project_logs(smoke),
+            **inline,
+        }
         for generate in self._smoke_arns:
             smoke_role[f"AwsSolutions-IAM5[Resource::{_nag_arn(stack, generate)}]"] = (
                 "Only POST .../v1/adapters/*/generate on the live stage: one call per catalog "
                 "adapter, on an API whose id exists only after that stage deploys."
             )
         release_role = {
-            **verbs(("s3:GetObject*", "s3:GetBucket*", "s3:List*", "kms:ReEncrypt*",
-                     "kms:GenerateDataKey*")),
-            **objects, **project_logs(release), **inline,
+            **verbs(
+                (
+                    "s3:GetObject*",
+                    "s3:GetBucket*",
+                    "s3:List*",
+                    "kms:ReEncrypt*",
+                    "kms:GenerateDataKey*",
+                )
+            ),
+            **objects,
+            **project_logs(release),
+            **inline,
             "AwsSolutions-IAM5[Resource::*]": (
                 "ecr:GetAuthorizationToken and sts:GetCallerIdentity have no resource-level "
                 "form (Service Authorization Reference); everything else names its resource."
             ),
-        }  # fmt: skip
+        }
         reasons = {
             "cloudformation": "The environment's own stacks by name prefix (and the shared "
             "account stack): CloudFormation appends a generated id to stack ARNs; read only.",
@@ -362,8 +443,11 @@ class PipelineStack(Stack):
                 nag_arn = _nag_arn(stack, arn)
                 service = next(k for k in reasons if f":{k}:" in nag_arn)
                 release_role[f"AwsSolutions-IAM5[Resource::{nag_arn}]"] = reasons[service]
-        for scope, findings in ((self.pipeline, pipeline), (self.smoke_role, smoke_role),
-                                (self.release_role, release_role)):  # fmt: skip
+        for scope, findings in (
+            (self.pipeline, pipeline),
+            (self.smoke_role, smoke_role),
+            (self.release_role, release_role),
+        ):
             for finding, reason in findings.items():
                 acknowledge(scope, finding, reason)
 

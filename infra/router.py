@@ -95,9 +95,13 @@ class Router(Construct):
         self.function_name = f"{env.prefix}-router"
 
         self.log_group = logs.LogGroup(
-            self, "FunctionLogs", log_group_name=f"/aws/lambda/{self.function_name}",
-            retention=keep, encryption_key=key, removal_policy=removal,
-        )  # fmt: skip
+            self,
+            "FunctionLogs",
+            log_group_name=f"/aws/lambda/{self.function_name}",
+            retention=keep,
+            encryption_key=key,
+            removal_policy=removal,
+        )
         self.role = iam.Role(
             self,
             "Role",
@@ -124,8 +128,9 @@ class Router(Construct):
             # which serves lambda_proxy.web with uvicorn; the adapter relays each invocation.
             handler="run.sh",
             layers=[web_adapter_layer(self, stack, r.web_adapter_layer_version)],
-            code=lambda_.Code.from_asset(str(code_dir), asset_hash=code_hash,
-                                         asset_hash_type=AssetHashType.CUSTOM),
+            code=lambda_.Code.from_asset(
+                str(code_dir), asset_hash=code_hash, asset_hash_type=AssetHashType.CUSTOM
+            ),
             # Every permission the function needs is in the managed policy above; CDK's own
             # additions (X-Ray for tracing) would land in an inline policy, so they are refused.
             role=self.role.without_policy_updates(),
@@ -150,7 +155,7 @@ class Router(Construct):
                 "REDIS_SECRET_ARN": cache_secret_arn,
                 **router_settings(dep).to_env(),
             },
-        )  # fmt: skip
+        )
         self.function.node.add_dependency(self.policy, *self.invoke_policies)
         synchronous = (
             "Invoked synchronously by API Gateway only; a dead-letter queue applies to "
@@ -194,9 +199,15 @@ class Router(Construct):
                 throttling_burst_limit=r.throttle_burst,
                 access_log_destination=apigw.LogGroupLogDestination(self.access_logs),
                 access_log_format=apigw.AccessLogFormat.json_with_standard_fields(
-                    caller=True, http_method=True, ip=True, protocol=True,
-                    request_time=True, resource_path=True, response_length=True,
-                    status=True, user=True,
+                    caller=True,
+                    http_method=True,
+                    ip=True,
+                    protocol=True,
+                    request_time=True,
+                    resource_path=True,
+                    response_length=True,
+                    status=True,
+                    user=True,
                 ),
                 logging_level=apigw.MethodLoggingLevel.ERROR,
                 # Bodies carry user text (PII); execution logs keep errors, never payloads.
@@ -207,7 +218,7 @@ class Router(Construct):
             default_method_options=apigw.MethodOptions(
                 authorization_type=apigw.AuthorizationType.IAM
             ),
-        )  # fmt: skip
+        )
         checkov_skip(
             self.api.deployment_stage.node.default_child,
             CKV_AWS_120="Answers depend on the caller (tenant, IAM identity) and carry user "
@@ -243,12 +254,15 @@ class Router(Construct):
         validator = self.api.add_request_validator(
             "Body", validate_request_body=True, validate_request_parameters=True
         )
-        model = self.api.add_model("GenerateRequest", content_type="application/json",
-                                   schema=REQUEST_SCHEMA)  # fmt: skip
+        model = self.api.add_model(
+            "GenerateRequest", content_type="application/json", schema=REQUEST_SCHEMA
+        )
         integration = apigw.LambdaIntegration(
-            self.alias, proxy=True, timeout=Duration.seconds(r.gateway_timeout_s),
+            self.alias,
+            proxy=True,
+            timeout=Duration.seconds(r.gateway_timeout_s),
             response_transfer_mode=apigw.ResponseTransferMode.STREAM,
-        )  # fmt: skip
+        )
         self.api.root.add_resource("health").add_method(
             "GET", integration, request_validator=validator
         )
@@ -272,9 +286,13 @@ class Router(Construct):
         self.url = self.api.url_for_path("/")
 
         self.waf_logs = logs.LogGroup(
-            self, "WafLogs", log_group_name=f"aws-waf-logs-{env.prefix}-router",
-            retention=keep, encryption_key=key, removal_policy=removal,
-        )  # fmt: skip
+            self,
+            "WafLogs",
+            log_group_name=f"aws-waf-logs-{env.prefix}-router",
+            retention=keep,
+            encryption_key=key,
+            removal_policy=removal,
+        )
         self.web_acl = web_acl(self, env.prefix, r.waf_rate_limit_per_5min)
         wafv2.CfnWebACLAssociation(
             self,
@@ -300,10 +318,12 @@ class Router(Construct):
 def web_adapter_layer(scope: Construct, stack: Stack, version: int) -> lambda_.ILayerVersion:
     """AWS's Lambda Web Adapter for arm64, in the function's region."""
     arn = stack.format_arn(
-        service="lambda", account=WEB_ADAPTER_ACCOUNT, resource="layer",
+        service="lambda",
+        account=WEB_ADAPTER_ACCOUNT,
+        resource="layer",
         resource_name=f"LambdaAdapterLayerArm64:{version}",
         arn_format=ArnFormat.COLON_RESOURCE_NAME,
-    )  # fmt: skip
+    )
     return lambda_.LayerVersion.from_layer_version_arn(scope, "WebAdapter", arn)
 
 
@@ -364,15 +384,17 @@ def invoke_policies(scope: Construct, stack: Stack, dep: Deployment) -> list[iam
     extends this one. The routing table ships in this stack, so a new catalog entry redeploys
     both together. One policy per ``COMPONENTS_PER_POLICY`` adapters (a role takes 10 managed
     policies by default)."""
-    endpoint = stack.format_arn(service="sagemaker", resource="endpoint",
-                                resource_name=dep.endpoint_name)  # fmt: skip
+    endpoint = stack.format_arn(
+        service="sagemaker", resource="endpoint", resource_name=dep.endpoint_name
+    )
     arns = [
         stack.format_arn(service="sagemaker", resource="inference-component", resource_name=name)
         for a in dep.adapters
         for name in a.component_names
     ]
-    chunks = [arns[i : i + COMPONENTS_PER_POLICY]
-              for i in range(0, len(arns), COMPONENTS_PER_POLICY)] or [[]]  # fmt: skip
+    chunks = [
+        arns[i : i + COMPONENTS_PER_POLICY] for i in range(0, len(arns), COMPONENTS_PER_POLICY)
+    ] or [[]]
     return [
         iam.ManagedPolicy(
             scope,

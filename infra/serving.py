@@ -90,10 +90,23 @@ def merged_environment(dep: Deployment) -> dict[str, str]:
 
 #: Instance families with local NVMe instance storage (EC2's instance-store table; SageMaker's
 #: ml. families of the same names).
-_LOCAL_STORAGE_FAMILIES = frozenset({
-    "g4dn", "g5", "g6", "g6e", "gr6", "p3dn", "p4d", "p4de", "p5", "p5e", "p5en",
-    "trn1", "trn1n",
-})  # fmt: skip
+_LOCAL_STORAGE_FAMILIES = frozenset(
+    {
+        "g4dn",
+        "g5",
+        "g6",
+        "g6e",
+        "gr6",
+        "p3dn",
+        "p4d",
+        "p4de",
+        "p5",
+        "p5e",
+        "p5en",
+        "trn1",
+        "trn1n",
+    }
+)
 
 
 def has_local_storage(instance_type: str) -> bool:
@@ -127,9 +140,12 @@ class Image:
         if (m := ref.external) is not None:
             self.uri = f"{ref.repository}{ref.reference}"
             self.repository_arn = stack.format_arn(
-                service="ecr", account=m["account"], region=m["region"], resource="repository",
+                service="ecr",
+                account=m["account"],
+                region=m["region"],
+                resource="repository",
                 resource_name=m["name"],
-            )  # fmt: skip
+            )
             return
         repo = ecr.Repository.from_repository_name(
             scope, "RuntimeRepository", ref.repository_name(dep.env.prefix)
@@ -166,15 +182,23 @@ class Serving(Construct):
         # created here, before SageMaker would, to set retention and encryption on it.
         self.log_groups = [
             logs.LogGroup(
-                self, construct_id, log_group_name=name,
+                self,
+                construct_id,
+                log_group_name=name,
                 retention=retention(env.observability.log_retention_days),
-                encryption_key=key, removal_policy=removal_policy(env),
+                encryption_key=key,
+                removal_policy=removal_policy(env),
             )
             for construct_id, name in zip(
-                ("BaseComponentLogs", "EndpointLogs",
-                 *(f"{id_of(a.name)}MergedLogs" for a in merged_adapters(dep))),
-                container_log_groups(dep), strict=True)
-        ]  # fmt: skip
+                (
+                    "BaseComponentLogs",
+                    "EndpointLogs",
+                    *(f"{id_of(a.name)}MergedLogs" for a in merged_adapters(dep)),
+                ),
+                container_log_groups(dep),
+                strict=True,
+            )
+        ]
         self.role = iam.Role(
             self,
             "ExecutionRole",
@@ -252,8 +276,11 @@ class Serving(Construct):
                 alarm_name=f"{rollback_alarm_name(dep)}{suffix}",
                 alarm_description="Rolls a base-component update back on 5xx answers.",
                 metric=cw.Metric(
-                    namespace="AWS/SageMaker", metric_name="Invocation5XXErrors",
-                    statistic="Sum", dimensions_map=dims, period=Duration.minutes(1),
+                    namespace="AWS/SageMaker",
+                    metric_name="Invocation5XXErrors",
+                    statistic="Sum",
+                    dimensions_map=dims,
+                    period=Duration.minutes(1),
                 ),
                 threshold=1,
                 evaluation_periods=1,
@@ -261,12 +288,14 @@ class Serving(Construct):
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
             )
             for construct_id, suffix, dims in (
-                ("RollbackAlarm", "",
-                 {"EndpointName": self.endpoint_name, "VariantName": VARIANT}),
-                ("BaseRollbackAlarm", "-base",
-                 {"InferenceComponentName": self.base_component_name}),
+                ("RollbackAlarm", "", {"EndpointName": self.endpoint_name, "VariantName": VARIANT}),
+                (
+                    "BaseRollbackAlarm",
+                    "-base",
+                    {"InferenceComponentName": self.base_component_name},
+                ),
             )
-        ]  # fmt: skip
+        ]
         # AWS's deployment-guardrails page: "Ensure that your IAM execution role has permission
         # to perform the cloudwatch:DescribeAlarms action on the auto-rollback alarms you
         # specify." Without it a rollout fails or loses its rollback.
@@ -278,8 +307,10 @@ class Serving(Construct):
             )
         )
         for alarm in self.rollback_alarms:
-            for finding in ("HIPAA.Security-CloudWatchAlarmAction",
-                            "NIST.800.53.R5-CloudWatchAlarmAction"):  # fmt: skip
+            for finding in (
+                "HIPAA.Security-CloudWatchAlarmAction",
+                "NIST.800.53.R5-CloudWatchAlarmAction",
+            ):
                 acknowledge(
                     alarm,
                     finding,
@@ -390,7 +421,7 @@ class Serving(Construct):
                     alarms=[sm.CfnInferenceComponent.AlarmProperty(alarm_name=a) for a in alarms]
                 ),
             ),
-        )  # fmt: skip
+        )
         component.add_resource_dependency(self.endpoint)
         return component
 
@@ -411,10 +442,12 @@ class Serving(Construct):
             # schema: "To automatically create a service-linked role (recommended), specify the
             # full ARN of the service-linked role in your stack template."
             role=iam.Role.from_role_arn(
-                self, f"{cid}ServiceLinkedRole", autoscaling_service_linked_role(stack),
+                self,
+                f"{cid}ServiceLinkedRole",
+                autoscaling_service_linked_role(stack),
                 mutable=False,
             ),
-        )  # fmt: skip
+        )
         target.node.add_dependency(component)
         target.scale_to_track_metric(
             "ConcurrentRequestsPerCopy",

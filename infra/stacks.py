@@ -79,9 +79,14 @@ class CacheStack(EnvironmentStack):
         super().__init__(scope, id, **kw)
         net = network.network
         self.cache = ResponseCacheCluster(
-            self, "Cache", dep=dep, vpc=net.vpc, subnets=net.subnets,
-            security_group=net.cache_sg, key=stateful.storage.key,
-        )  # fmt: skip
+            self,
+            "Cache",
+            dep=dep,
+            vpc=net.vpc,
+            subnets=net.subnets,
+            security_group=net.cache_sg,
+            key=stateful.storage.key,
+        )
 
 
 class RouterStack(EnvironmentStack):
@@ -99,21 +104,35 @@ class RouterStack(EnvironmentStack):
         super().__init__(scope, id, **kw)
         net = network.network
         self.router = Router(
-            self, "Router", dep=dep, vpc=net.vpc, subnets=net.subnets,
-            security_group=net.router_sg, key=stateful.storage.key,
-            cache_url=cache.cache.url, cache_secret_arn=cache.cache.secret.secret_arn,
-        )  # fmt: skip
-        self.router_url = CfnOutput(self, "RouterUrl", value=self.router.url,
-                  description="POST {url}v1/adapters/NAME/generate, SigV4-signed")  # fmt: skip
+            self,
+            "Router",
+            dep=dep,
+            vpc=net.vpc,
+            subnets=net.subnets,
+            security_group=net.router_sg,
+            key=stateful.storage.key,
+            cache_url=cache.cache.url,
+            cache_secret_arn=cache.cache.secret.secret_arn,
+        )
+        self.router_url = CfnOutput(
+            self,
+            "RouterUrl",
+            value=self.router.url,
+            description="POST {url}v1/adapters/NAME/generate, SigV4-signed",
+        )
 
 
 class ObservabilityStack(EnvironmentStack):
     def __init__(self, scope: Construct, id: str, *, dep: Deployment, **kw) -> None:
         super().__init__(scope, id, **kw)
         self.observability = Observability(
-            self, "Observability", dep=dep, api_name=f"{dep.env.prefix}-router", stage=STAGE,
+            self,
+            "Observability",
+            dep=dep,
+            api_name=f"{dep.env.prefix}-router",
+            stage=STAGE,
             function_name=f"{dep.env.prefix}-router",
-        )  # fmt: skip
+        )
 
 
 class ServingStack(EnvironmentStack):
@@ -155,14 +174,22 @@ def build(app: Construct, dep: Deployment, *, account_stack: bool = True) -> lis
     env = Environment(account=dep.env.account, region=dep.env.region)
     p = dep.env.prefix
     protect = dep.env.deletion_protection
-    account = (AccountStack(app, ACCOUNT_STACK, env=env, termination_protection=True)
-               if account_stack else None)  # fmt: skip
+    account = (
+        AccountStack(app, ACCOUNT_STACK, env=env, termination_protection=True)
+        if account_stack
+        else None
+    )
     stateful = StatefulStack(app, f"{p}-stateful", dep=dep, env=env, termination_protection=protect)
     network = NetworkStack(app, f"{p}-network", dep=dep, stateful=stateful, env=env)
     cache = CacheStack(
-        app, f"{p}-cache", dep=dep, stateful=stateful, network=network, env=env,
+        app,
+        f"{p}-cache",
+        dep=dep,
+        stateful=stateful,
+        network=network,
+        env=env,
         termination_protection=protect,
-    )  # fmt: skip
+    )
     serving = ServingStack(
         app, f"{p}-serving", dep=dep, stateful=stateful, network=network, env=env
     )

@@ -16,7 +16,7 @@ from infra.nag import acknowledge, checkov_skip
 #: Key prefixes in the artifact bucket; the SageMaker role reads only these.
 BASE_PREFIX = "base/"
 ADAPTER_PREFIX = "adapters/"
-#: Merged weights of the ``serving: merged`` entries: ``merged/NAME/VERSION/`` (infra.release).
+#: Merged weights of the ``serving: merged`` entries: ``merged/NAME/VERSION/`` (ops.release).
 MERGED_PREFIX = "merged/"
 
 
@@ -43,14 +43,26 @@ class Storage(Construct):
             iam.PolicyStatement(
                 sid="CloudWatchLogsOfThisAccount",
                 principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
-                actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*",
-                         "kms:GenerateDataKey*", "kms:Describe*"],
+                actions=[
+                    "kms:Encrypt*",
+                    "kms:Decrypt*",
+                    "kms:ReEncrypt*",
+                    "kms:GenerateDataKey*",
+                    "kms:Describe*",
+                ],
                 resources=["*"],
-                conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn": stack.format_arn(
-                    service="logs", resource="log-group", resource_name="*",
-                    arn_format=ArnFormat.COLON_RESOURCE_NAME)}},
+                conditions={
+                    "ArnLike": {
+                        "kms:EncryptionContext:aws:logs:arn": stack.format_arn(
+                            service="logs",
+                            resource="log-group",
+                            resource_name="*",
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                    }
+                },
             )
-        )  # fmt: skip
+        )
         self.access_logs = s3.Bucket(
             self,
             "AccessLogs",

@@ -73,8 +73,9 @@ def caller_from_event(
             if not isinstance(claim, str) or not _CLAIM.match(claim) or account is None:
                 return None  # not a name, or no account of the caller's own to qualify it with
             tenant = f"{account}:{claim}"
-    return Caller(arn=arn, principals=frozenset(principals), account=account, tenant=tenant,
-                  own_account=own)  # fmt: skip
+    return Caller(
+        arn=arn, principals=frozenset(principals), account=account, tenant=tenant, own_account=own
+    )
 
 
 def qualified(tenant: str, own_account: str | None) -> str | None:

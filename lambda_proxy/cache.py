@@ -32,9 +32,13 @@ def adapter_prefix(adapter: str) -> str:
 
 
 def cache_key(
-    adapter: str, version: str, base_revision: str, request: dict[str, Any], scope: str = "*",
+    adapter: str,
+    version: str,
+    base_revision: str,
+    request: dict[str, Any],
+    scope: str = "*",
     weights: str = "",
-) -> str:  # fmt: skip
+) -> str:
     """``scope`` is who may see the answer: an account-qualified tenant, or ``*`` (shared).
     ``weights``: the adapter's pinned digests (archive and weights sha256), when the catalog
     has them."""
@@ -65,9 +69,13 @@ class ResponseCache:
         # default (seconds per request against a dead Redis); the breaker above decides when
         # to ask again instead.
         client = redis.Redis.from_url(
-            url, password=password, socket_timeout=0.25, socket_connect_timeout=0.25,
-            retry=Retry(NoBackoff(), 0), health_check_interval=30,
-        )  # fmt: skip
+            url,
+            password=password,
+            socket_timeout=0.25,
+            socket_connect_timeout=0.25,
+            retry=Retry(NoBackoff(), 0),
+            health_check_interval=30,
+        )
         return cls(client, ttl_s)
 
     def get(self, key: str) -> dict[str, Any] | None:

@@ -32,8 +32,9 @@ class SigV4Auth(httpx.Auth):
 
     requires_request_body = True
 
-    def __init__(self, session: Any, region: str | None = None,
-                 service: str = "execute-api") -> None:  # fmt: skip
+    def __init__(
+        self, session: Any, region: str | None = None, service: str = "execute-api"
+    ) -> None:
         self.session = session
         self.region = region or session.region_name or "us-east-1"
         self.service = service
@@ -43,8 +44,9 @@ class SigV4Auth(httpx.Auth):
         if credentials is None:
             raise RuntimeError("no AWS credentials in the boto3 session to sign with")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP}
-        aws = AWSRequest(method=request.method, url=str(request.url), data=request.content,
-                         headers=headers)  # fmt: skip
+        aws = AWSRequest(
+            method=request.method, url=str(request.url), data=request.content, headers=headers
+        )
         _BotocoreSigV4(credentials.get_frozen_credentials(), self.service, self.region).add_auth(
             aws
         )

@@ -90,8 +90,13 @@ def _shape_error(event: Any) -> str | None:
     for key in ("httpMethod", "path"):
         if not isinstance(event.get(key), str):
             return f"event.{key} missing or not a string"
-    for key in ("headers", "queryStringParameters", "pathParameters", "multiValueHeaders",
-                "multiValueQueryStringParameters"):  # fmt: skip
+    for key in (
+        "headers",
+        "queryStringParameters",
+        "pathParameters",
+        "multiValueHeaders",
+        "multiValueQueryStringParameters",
+    ):
         value = event.get(key)
         if value is not None and (
             not isinstance(value, dict) or not all(isinstance(k, str) for k in value)

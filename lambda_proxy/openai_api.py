@@ -32,9 +32,13 @@ from lambda_proxy.service import Call, RouterError
 router = Router()
 
 _TYPES = {
-    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-    404: "not_found_error", 413: "invalid_request_error", 429: "rate_limit_error",
-}  # fmt: skip
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
 
 
 class JsonSchemaFormat(BaseModel):
@@ -240,27 +244,34 @@ def finish(reason: str | None) -> str:
 def usage(out: dict[str, Any]) -> dict[str, int]:
     u = out.get("usage") or {}
     prompt, completion = int(u.get("input_tokens", 0)), int(u.get("output_tokens", 0))
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion}  # fmt: skip
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
 
 
-def _completion(prefix: str, kind: str, model: str, out: dict[str, Any],
-                choice: dict[str, Any]) -> Response:  # fmt: skip
+def _completion(
+    prefix: str, kind: str, model: str, out: dict[str, Any], choice: dict[str, Any]
+) -> Response:
     """The OpenAI answer object around one choice, from the native answer."""
-    return _ok({
-        "id": f"{prefix}-{out.get('request_id') or uuid.uuid4().hex}",
-        "object": kind,
-        "created": int(time.time()),
-        "model": model,
-        "choices": [choice],
-        "usage": usage(out),
-        "system_fingerprint": f"{model}@{out.get('version')}",
-    })  # fmt: skip
+    return _ok(
+        {
+            "id": f"{prefix}-{out.get('request_id') or uuid.uuid4().hex}",
+            "object": kind,
+            "created": int(time.time()),
+            "model": model,
+            "choices": [choice],
+            "usage": usage(out),
+            "system_fingerprint": f"{model}@{out.get('version')}",
+        }
+    )
 
 
 def _ok(body: dict[str, Any]) -> Response:
-    return Response(status_code=200, content_type=content_types.APPLICATION_JSON,
-                    body=json.dumps(body))  # fmt: skip
+    return Response(
+        status_code=200, content_type=content_types.APPLICATION_JSON, body=json.dumps(body)
+    )
 
 
 @router.post("/v1/chat/completions")

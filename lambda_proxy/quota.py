@@ -158,9 +158,13 @@ class Quotas:
         self._skip_until = 0.0
 
     def check(
-        self, tenant: str, adapter: str, tokens: int, per_adapter: Limits | None = None,
+        self,
+        tenant: str,
+        adapter: str,
+        tokens: int,
+        per_adapter: Limits | None = None,
         now: float | None = None,
-    ) -> Decision:  # fmt: skip
+    ) -> Decision:
         """``tokens``: the request's whole token cost (new tokens plus the prompt estimate)."""
         now = time.time() if now is None else now
         buckets = self._buckets(tenant, adapter, tokens, per_adapter)
@@ -176,14 +180,17 @@ class Quotas:
         limit = buckets[worst].name  # the limit that keeps it waiting longest
         return Decision(False, max(1, math.ceil(wait_s)), enforced=enforced, limit=limit)
 
-    def _buckets(self, tenant: str, adapter: str, tokens: int,
-                 per_adapter: Limits | None) -> list[_Bucket]:  # fmt: skip
+    def _buckets(
+        self, tenant: str, adapter: str, tokens: int, per_adapter: Limits | None
+    ) -> list[_Bucket]:
         out = []
         for scope, limits in (("*", self.tenant_wide), (adapter, per_adapter)):
             if limits is None:
                 continue
-            for kind, limit, cost in (("req", limits.requests_per_minute, 1),
-                                      ("tok", limits.tokens_per_minute, tokens)):  # fmt: skip
+            for kind, limit, cost in (
+                ("req", limits.requests_per_minute, 1),
+                ("tok", limits.tokens_per_minute, tokens),
+            ):
                 if limit is not None:
                     name = f"{'requests' if kind == 'req' else 'tokens'} per minute" + (
                         "" if scope == "*" else f" on {adapter}"

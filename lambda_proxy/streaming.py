@@ -117,17 +117,25 @@ class Stream:
         s = d.settings
         prep = self.plan.prep
         try:
-            self._body = open_stream(d.stream_client, s.routing_table["endpoint"],
-                                     prep.component, prep.payload,
-                                     deadline_s=s.stream_deadline_s)  # fmt: skip
+            self._body = open_stream(
+                d.stream_client,
+                s.routing_table["endpoint"],
+                prep.component,
+                prep.payload,
+                deadline_s=s.stream_deadline_s,
+            )
         except InvokeError as exc:
             if prep.fallback is None or exc.code not in service.CANARY_ABSENT:
                 raise
             # The canary's component is not there (a release halfway): stable answers.
             self.plan.prep = prep.fallback
-            self._body = open_stream(d.stream_client, s.routing_table["endpoint"],
-                                     prep.fallback.component, prep.fallback.payload,
-                                     deadline_s=s.stream_deadline_s)  # fmt: skip
+            self._body = open_stream(
+                d.stream_client,
+                s.routing_table["endpoint"],
+                prep.fallback.component,
+                prep.fallback.payload,
+                deadline_s=s.stream_deadline_s,
+            )
 
     def refusal(self, exc: InvokeError) -> tuple[int, dict[str, str], bytes]:
         """A stream that could not be opened, as the JSON error its API answers with."""
@@ -189,8 +197,9 @@ class Stream:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.cancel()
-                yield from fmt.error(InvokeError(504, "the stream exceeded its deadline",
-                                                 "Timeout"))  # fmt: skip
+                yield from fmt.error(
+                    InvokeError(504, "the stream exceeded its deadline", "Timeout")
+                )
                 return
             try:
                 item = self._queue.get(timeout=min(KEEPALIVE_S, left))
@@ -200,8 +209,9 @@ class Stream:
                 continue
             if item is _END:
                 if not self._cancelled.is_set():
-                    yield from fmt.error(InvokeError(502, "the model stream ended early",
-                                                     "StreamError"))  # fmt: skip
+                    yield from fmt.error(
+                        InvokeError(502, "the model stream ended early", "StreamError")
+                    )
                 return
             if isinstance(item, InvokeError):
                 yield from fmt.error(item)
@@ -249,8 +259,16 @@ class _Format:
 
     def _chunk(self, choice: dict[str, Any], **extra: Any) -> bytes:
         obj = "chat.completion.chunk" if self.plan.kind == "chat" else "text_completion"
-        return sse({"id": f"{self.prefix}-{self.plan.id}", "object": obj, "created": self.created,
-                    "model": self.plan.model, "choices": [choice], **extra})  # fmt: skip
+        return sse(
+            {
+                "id": f"{self.prefix}-{self.plan.id}",
+                "object": obj,
+                "created": self.created,
+                "model": self.plan.model,
+                "choices": [choice],
+                **extra,
+            }
+        )
 
     def _piece(self, text: str | None, finish: str | None = None) -> dict[str, Any]:
         if self.plan.kind == "chat":
@@ -260,8 +278,14 @@ class _Format:
 
     def opening(self) -> Iterator[bytes]:
         if self.plan.kind == "chat":
-            yield self._chunk({"index": 0, "delta": {"role": "assistant", "content": ""},
-                               "finish_reason": None, "logprobs": None})  # fmt: skip
+            yield self._chunk(
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": ""},
+                    "finish_reason": None,
+                    "logprobs": None,
+                }
+            )
 
     def token(self, text: str) -> Iterator[bytes]:
         if self.plan.kind == "native":
@@ -280,9 +304,16 @@ class _Format:
         yield self._chunk(self._piece(None, openai_api.finish(native.get("finish_reason"))))
         if p.include_usage:
             obj = "chat.completion.chunk" if p.kind == "chat" else "text_completion"
-            yield sse({"id": f"{self.prefix}-{p.id}", "object": obj, "created": self.created,
-                       "model": p.model, "choices": [],
-                       "usage": openai_api.usage(native)})  # fmt: skip
+            yield sse(
+                {
+                    "id": f"{self.prefix}-{p.id}",
+                    "object": obj,
+                    "created": self.created,
+                    "model": p.model,
+                    "choices": [],
+                    "usage": openai_api.usage(native),
+                }
+            )
         yield sse("[DONE]")
 
     def whole(self, hit: dict[str, Any]) -> Iterator[bytes]:
@@ -299,13 +330,25 @@ class _Format:
         service.count_canary(self.plan.prep, exc, count=count_now)
         if exc.status >= 500:  # API Gateway's 5XXError never sees it: alarmed on this one
             count_now("StreamServerError")
-        where = {"adapter": self.plan.model, "code": exc.code, "status": exc.status,
-                 "detail": exc.detail, "request_id": self.plan.request_id}  # fmt: skip
+        where = {
+            "adapter": self.plan.model,
+            "code": exc.code,
+            "status": exc.status,
+            "detail": exc.detail,
+            "request_id": self.plan.request_id,
+        }
         logger.warning("stream failed", extra=where)
         if self.plan.kind == "native":
-            yield sse({"error": exc.message, "status": exc.status, "code": exc.code},
-                      event="error")  # fmt: skip
+            yield sse({"error": exc.message, "status": exc.status, "code": exc.code}, event="error")
             return
-        yield sse({"error": {"message": exc.message, "type": "api_error", "param": None,
-                             "code": exc.code}})  # fmt: skip
+        yield sse(
+            {
+                "error": {
+                    "message": exc.message,
+                    "type": "api_error",
+                    "param": None,
+                    "code": exc.code,
+                }
+            }
+        )
         yield sse("[DONE]")

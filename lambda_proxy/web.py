@@ -81,13 +81,15 @@ class LambdaContext:
         return cls(
             aws_request_id=str(data.get("request_id") or f"local-{time.time_ns()}"),
             invoked_function_arn=str(data.get("invoked_function_arn") or ""),
-            function_name=str(env.get("function_name") or os.environ.get(
-                "AWS_LAMBDA_FUNCTION_NAME", "lora-router")),
+            function_name=str(
+                env.get("function_name")
+                or os.environ.get("AWS_LAMBDA_FUNCTION_NAME", "lora-router")
+            ),
             function_version=str(env.get("version") or "$LATEST"),
             memory_limit_in_mb=int(env.get("memory") or 512),
             deadline_ms=int(data.get("deadline") or 0),
             xray_trace_id=str(data["xray_trace_id"]) if data.get("xray_trace_id") else None,
-        )  # fmt: skip
+        )
 
     def get_remaining_time_in_millis(self) -> int:
         if not self.deadline_ms:
@@ -97,8 +99,11 @@ class LambdaContext:
 
 def proxy_event(request: Request, context: dict[str, Any], body: str | None) -> dict[str, Any]:
     """The API Gateway REST proxy event this request came from (the adapter's reverse)."""
-    headers = {k.title(): v for k, v in request.headers.items()
-               if k not in (REQUEST_CONTEXT, LAMBDA_CONTEXT)}  # fmt: skip
+    headers = {
+        k.title(): v
+        for k, v in request.headers.items()
+        if k not in (REQUEST_CONTEXT, LAMBDA_CONTEXT)
+    }
     query = dict(request.query_params)
     return {
         "resource": context.get("resourcePath") or request.url.path,
@@ -141,15 +146,15 @@ async def ready(_request: Request) -> Response:
 async def dispatch(request: Request) -> Response:
     raw = request.headers.getlist(REQUEST_CONTEXT)
     if len(raw) != 1:
-        return JSONResponse({"error": "no API Gateway request context", "status": 403},
-                            status_code=403)  # fmt: skip
+        return JSONResponse(
+            {"error": "no API Gateway request context", "status": 403}, status_code=403
+        )
     try:
         context = json.loads(raw[0])
     except ValueError:
         context = None
     if not isinstance(context, dict):
-        return JSONResponse({"error": "malformed request context", "status": 400},
-                            status_code=400)  # fmt: skip
+        return JSONResponse({"error": "malformed request context", "status": 400}, status_code=400)
     lambda_context = LambdaContext.from_header(request.headers.get(LAMBDA_CONTEXT))
     # What the Lambda runtime sets for each invocation, and X-Ray (Powertools' tracer) reads:
     # this invocation's own trace header, never the previous one's.

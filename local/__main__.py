@@ -12,24 +12,34 @@ from config import CATALOG_PATH, ENVIRONMENTS_DIR, CatalogError
 
 
 def _platform_args(p: argparse.ArgumentParser) -> None:
-    from local.platform import ROOT
+    from local.options import ROOT
 
-    p.add_argument("--env", default=None,
-                   help="environment file (default: local; local-quick with --quick)")  # fmt: skip
+    p.add_argument(
+        "--env", default=None, help="environment file (default: local; local-quick with --quick)"
+    )
     p.add_argument("--catalog", type=Path, default=CATALOG_PATH)
     p.add_argument("--environments-dir", type=Path, default=ENVIRONMENTS_DIR)
-    p.add_argument("--state-dir", type=Path, default=ROOT / ".local",
-                   help="pids, logs, routing table, extracted components")  # fmt: skip
-    p.add_argument("--artifacts", type=Path, default=ROOT / ".artifacts",
-                   help="the built base and the trained adapter archives (cached)")  # fmt: skip
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=ROOT / ".local",
+        help="pids, logs, routing table, extracted components",
+    )
+    p.add_argument(
+        "--artifacts",
+        type=Path,
+        default=ROOT / ".artifacts",
+        help="the built base and the trained adapter archives (cached)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m local", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
 
-    up = sub.add_parser("up", help="build, start everything, train what is missing in the "
-                        "background, tour")  # fmt: skip
+    up = sub.add_parser(
+        "up", help="build, start everything, train what is missing in the background, tour"
+    )
     _platform_args(up)
     _ports(up)
     up.add_argument(
@@ -39,11 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     _training_args(up)
     up.add_argument("--no-tour", action="store_true")
-    up.add_argument("--wait", action="store_true",
-                    help="wait for the background training before the tour")  # fmt: skip
-    up.add_argument("--quick", action="store_true",
-                    help="the small Qwen3 base made here (environment local-quick): up in minutes; "
-                    "its adapters are served although they cannot pass the gate")  # fmt: skip
+    up.add_argument(
+        "--wait", action="store_true", help="wait for the background training before the tour"
+    )
+    up.add_argument(
+        "--quick",
+        action="store_true",
+        help="the small Qwen3 base made here (environment local-quick): up in minutes; "
+        "its adapters are served although they cannot pass the gate",
+    )
 
     tr = sub.add_parser("trainer", help="(started by up) train adapters in the background")
     _platform_args(tr)
@@ -74,8 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     gw.add_argument("--region", default="us-east-1")
     gw.add_argument("--redis-url", default=None)
     gw.add_argument("--tenant", default="demo")
-    gw.add_argument("--state-dir", type=Path, default=None,
-                    help="where the background trainer writes its progress")  # fmt: skip
+    gw.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="where the background trainer writes its progress",
+    )
 
     args = ap.parse_args(argv)
     if args.command in ("endpoint", "gateway"):
@@ -83,33 +101,40 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "env", None) is None:
         args.env = "local-quick" if getattr(args, "quick", False) else "local"
 
-    from local import platform
+    from local import components, platform, processes
+    from local.options import Options, PlatformError
 
     if args.command == "down":
-        n = platform.stop(args.state_dir)
+        n = processes.stop(args.state_dir)
         print(f"stopped {n} processes" if n else "nothing was running")
         return 0
     if args.command == "status":
         return _status(args.state_dir)
-    opts = platform.Options(
-        env=args.env, catalog=args.catalog.resolve(),
-        environments_dir=args.environments_dir.resolve(), state_dir=args.state_dir.resolve(),
-        artifacts=args.artifacts.resolve(), gateway_port=args.gateway_port,
-        endpoint_port=args.endpoint_port, runtime_port=args.runtime_port,
-        redis_url=getattr(args, "redis_url", None) or None, max_steps=args.max_steps,
-        tour=not getattr(args, "no_tour", True), wait=getattr(args, "wait", False),
+    opts = Options(
+        env=args.env,
+        catalog=args.catalog.resolve(),
+        environments_dir=args.environments_dir.resolve(),
+        state_dir=args.state_dir.resolve(),
+        artifacts=args.artifacts.resolve(),
+        gateway_port=args.gateway_port,
+        endpoint_port=args.endpoint_port,
+        runtime_port=args.runtime_port,
+        redis_url=getattr(args, "redis_url", None) or None,
+        max_steps=args.max_steps,
+        tour=not getattr(args, "no_tour", True),
+        wait=getattr(args, "wait", False),
         serve_unpublishable=args.serve_unpublishable or getattr(args, "quick", False),
-    )  # fmt: skip
+    )
     if args.command == "trainer":
         from local import trainer
 
-        return 1 if trainer.run(opts, args.adapters, lambda: platform.declare_ready(opts)) else 0
+        return 1 if trainer.run(opts, args.adapters, lambda: components.declare_ready(opts)) else 0
     try:
         result = platform.up(opts)
     except CatalogError as exc:
         print(f"catalog error:\n{exc}", file=sys.stderr)
         return 1
-    except platform.PlatformError as exc:
+    except PlatformError as exc:
         print(f"local platform: {exc}", file=sys.stderr)
         return 1
     (opts.state_dir / "last_up.json").write_text(json.dumps(result, indent=1, default=str))
@@ -124,30 +149,44 @@ def _ports(p: argparse.ArgumentParser) -> None:
 
 
 def _training_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-steps", type=int, default=None,
-                   help="cap each adapter's training steps (quicker, worse)")  # fmt: skip
-    p.add_argument("--serve-unpublishable", action="store_true",
-                   help="serve adapters that did not pass their gate (marked as such)")  # fmt: skip
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=None,
+        help="cap each adapter's training steps (quicker, worse)",
+    )
+    p.add_argument(
+        "--serve-unpublishable",
+        action="store_true",
+        help="serve adapters that did not pass their gate (marked as such)",
+    )
 
 
 def _status(state_dir: Path) -> int:
-    from local import platform
+    from local.processes import alive, healthy, read_state
     from local.trainer import read_status
 
-    state = platform.read_state(state_dir)
+    state = read_state(state_dir)
     procs = state.get("processes", {})
     if not procs:
         print("not running (start with: make up)")
         return 1
     for name, p in procs.items():
-        alive = platform._alive(p["pid"]) and platform._healthy(p["health"])
+        alive = alive(p["pid"]) and healthy(p["health"])
         print(f"{name:<9} pid {p['pid']:<7} {'up' if alive else 'DOWN'}  {p['health']}")
     training = read_status(state_dir)
     if training:
-        running = platform._alive(training["pid"]) and training.get("finished") is None
-        print(f"trainer   pid {training['pid']:<7} "
-              + ("training" if running else "finished" if training.get("finished")
-                 else "stopped before finishing"))  # fmt: skip
+        running = alive(training["pid"]) and training.get("finished") is None
+        print(
+            f"trainer   pid {training['pid']:<7} "
+            + (
+                "training"
+                if running
+                else "finished"
+                if training.get("finished")
+                else "stopped before finishing"
+            )
+        )
         for name, st in training.get("adapters", {}).items():
             detail = st.get("state", "?")
             if detail == "online" and st.get("publishable") is False:
@@ -176,18 +215,28 @@ def _serve(args: argparse.Namespace) -> int:
 
         args.work_dir.mkdir(parents=True, exist_ok=True)
         app = create_app(
-            LocalEndpoint(name=args.endpoint_name, base_component=args.base_component,
-                          runtime_url=args.runtime_url, work_dir=args.work_dir)
-        )  # fmt: skip
+            LocalEndpoint(
+                name=args.endpoint_name,
+                base_component=args.base_component,
+                runtime_url=args.runtime_url,
+                work_dir=args.work_dir,
+            )
+        )
     else:
         from local.gateway import LocalGateway, create_app
 
         app = create_app(
-            LocalGateway(routing_table=args.routing_table, endpoint_url=args.endpoint_url,
-                         runtime_url=args.runtime_url, redis_url=args.redis_url,
-                         catalog_file=args.catalog, tenant=args.tenant, region=args.region,
-                         state_dir=args.state_dir)
-        )  # fmt: skip
+            LocalGateway(
+                routing_table=args.routing_table,
+                endpoint_url=args.endpoint_url,
+                runtime_url=args.runtime_url,
+                redis_url=args.redis_url,
+                catalog_file=args.catalog,
+                tenant=args.tenant,
+                region=args.region,
+                state_dir=args.state_dir,
+            )
+        )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 

@@ -123,8 +123,13 @@ class LocalEndpoint:
             for w in wanted:
                 path = Path(w.artifact)
                 if not path.is_file():
-                    actions.append({"component": w.component, "action": "failed",
-                                    "detail": f"artifact {w.artifact} not found"})  # fmt: skip
+                    actions.append(
+                        {
+                            "component": w.component,
+                            "action": "failed",
+                            "detail": f"artifact {w.artifact} not found",
+                        }
+                    )
                     continue
                 digest = await asyncio.to_thread(sha256_file, path)
                 have = self.components.get(w.component)
@@ -163,8 +168,13 @@ class LocalEndpoint:
         self.components[name] = Component(
             name, str(artifact), digest, served, "InService", "ok" if ok else detail
         )
-        return {"component": name, "action": kind if ok else "registration-failed",
-                "status": resp.status_code, "detail": detail, "ms": ms}  # fmt: skip
+        return {
+            "component": name,
+            "action": kind if ok else "registration-failed",
+            "status": resp.status_code,
+            "detail": detail,
+            "ms": ms,
+        }
 
     async def _delete(self, name: str) -> dict[str, Any]:
         comp = self.components.pop(name)
@@ -185,24 +195,27 @@ class LocalEndpoint:
         component = request.headers.get(COMPONENT_HEADER)
         if not component:
             return {}, sagemaker_error(
-                400, "ValidationError",
+                400,
+                "ValidationError",
                 "Inference Component Name header is required for endpoints to which you plan "
                 "to deploy inference components.",
-            )  # fmt: skip
+            )
         headers = {k: v for k, v in request.headers.items() if k.lower() in _PASSED}
         if component == self.base_component or component in self.models:
             return headers, None
         if component in self.pending:
             return {}, sagemaker_error(
-                429, "ModelNotReadyException",
+                429,
+                "ModelNotReadyException",
                 f"Inference Component {component} is not in service yet (its adapter is being "
                 "trained).",
-            )  # fmt: skip
+            )
         if component not in self.components:
             return {}, sagemaker_error(
-                400, "ValidationError",
+                400,
+                "ValidationError",
                 f"Inference Component {component} not found on endpoint {endpoint}.",
-            )  # fmt: skip
+            )
         return {**headers, ADAPTER_HEADER: component}, None
 
     def _container(self, request: Request) -> httpx.AsyncClient:
@@ -268,29 +281,34 @@ class LocalEndpoint:
         return StreamingResponse(
             events(),
             media_type="application/vnd.amazon.eventstream",
-            headers={"x-Amzn-Invoked-Production-Variant": "AllTraffic",
-                     "X-Amzn-SageMaker-Content-Type": resp.headers.get("content-type", "")},
-        )  # fmt: skip
+            headers={
+                "x-Amzn-Invoked-Production-Variant": "AllTraffic",
+                "X-Amzn-SageMaker-Content-Type": resp.headers.get("content-type", ""),
+            },
+        )
 
     def describe(self) -> dict[str, Any]:
         return {
             "endpoint": self.name,
             "base_component": self.base_component,
             "runtime": self.runtime_url,
-            "components": [asdict(c) for c in sorted(self.components.values(),
-                                                     key=lambda c: c.name)],
+            "components": [
+                asdict(c) for c in sorted(self.components.values(), key=lambda c: c.name)
+            ],
             "pending": sorted(self.pending),
             "models": {name: str(c.base_url) for name, c in sorted(self.models.items())},
-        }  # fmt: skip
+        }
 
 
 def _model_error(status: int, text: str) -> JSONResponse:
     return sagemaker_error(
-        424, "ModelError",
-        f"Received client error ({status}) from primary with message \"{text}\".",
-        OriginalStatusCode=status, OriginalMessage=text,
+        424,
+        "ModelError",
+        f'Received client error ({status}) from primary with message "{text}".',
+        OriginalStatusCode=status,
+        OriginalMessage=text,
         LogStreamArn="arn:aws:logs:local:000000000000:log-group:/aws/sagemaker/Endpoints/local",
-    )  # fmt: skip
+    )
 
 
 def create_app(endpoint: LocalEndpoint) -> FastAPI:
@@ -324,8 +342,10 @@ def create_app(endpoint: LocalEndpoint) -> FastAPI:
             resp = await endpoint.client.get("/ping")
         except httpx.TransportError:
             return JSONResponse({"status": "container unreachable"}, status_code=503)
-        return JSONResponse({"status": "InService" if resp.status_code == 200 else "Creating"},
-                            status_code=resp.status_code)  # fmt: skip
+        return JSONResponse(
+            {"status": "InService" if resp.status_code == 200 else "Creating"},
+            status_code=resp.status_code,
+        )
 
     @app.on_event("shutdown")
     async def _close() -> None:

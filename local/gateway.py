@@ -48,13 +48,16 @@ _TENANT_RE = re.compile(r"^[A-Za-z0-9+=,.@_-]{1,64}$")
 RESOURCES = (
     ("GET", re.compile(r"^/health$"), "/health"),
     ("GET", re.compile(r"^/v1/adapters$"), "/v1/adapters"),
-    ("POST", re.compile(r"^/v1/adapters/(?P<adapter>[^/]+)/generate$"),
-     "/v1/adapters/{adapter}/generate"),
+    (
+        "POST",
+        re.compile(r"^/v1/adapters/(?P<adapter>[^/]+)/generate$"),
+        "/v1/adapters/{adapter}/generate",
+    ),
     # The OpenAI-compatible routes, as infra/router.py declares them.
     ("POST", re.compile(r"^/v1/chat/completions$"), "/v1/chat/completions"),
     ("POST", re.compile(r"^/v1/completions$"), "/v1/completions"),
     ("GET", re.compile(r"^/v1/models$"), "/v1/models"),
-)  # fmt: skip
+)
 
 
 class InProcessCache:
@@ -108,8 +111,9 @@ def redis_client(url: str | None):
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5,
-                                  retry=Retry(NoBackoff(), 0))  # fmt: skip
+    client = redis.Redis.from_url(
+        url, socket_timeout=0.5, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+    )
     try:
         client.ping()
     except redis.RedisError:
@@ -214,8 +218,15 @@ class LocalGateway:
     def event(self, name: str, **fields: Any) -> None:
         with self.lock:
             self._seq += 1
-            self.trace.append({"seq": self._seq, "ts": round(time.time(), 3), "event": name,
-                               "origin": "router", **fields})  # fmt: skip
+            self.trace.append(
+                {
+                    "seq": self._seq,
+                    "ts": round(time.time(), 3),
+                    "event": name,
+                    "origin": "router",
+                    **fields,
+                }
+            )
 
     def invoke_base(self, tenant: str, data: Any) -> dict[str, Any]:
         """The base model's answer to the same request, through the same SageMaker client,
@@ -232,10 +243,15 @@ class LocalGateway:
             payload = prepare_base(caller, data)
         t0 = time.perf_counter()
         result = invoke(self.client, self.table["endpoint"], self.table["base_component"], payload)
-        return {"output": result.get("generated_text"), "usage": result.get("usage"),
-                "finish_reason": result.get("finish_reason"),
-                "timings_ms": {"total": round((time.perf_counter() - t0) * 1000, 3),
-                               "engine": result.get("timings_ms")}}  # fmt: skip
+        return {
+            "output": result.get("generated_text"),
+            "usage": result.get("usage"),
+            "finish_reason": result.get("finish_reason"),
+            "timings_ms": {
+                "total": round((time.perf_counter() - t0) * 1000, 3),
+                "engine": result.get("timings_ms"),
+            },
+        }
 
 
 def _catalog_view(gateway: LocalGateway) -> dict[str, Any]:
@@ -251,15 +267,24 @@ def _catalog_view(gateway: LocalGateway) -> dict[str, Any]:
         profile = entry.profile() if entry is not None else TASK_PROFILES.get(route["task"])
         if profile is None:  # a task of the entry's own, whose entry this gateway cannot read
             continue
-        adapters.append({
-            "name": name, "version": route.get("version"), "task": route.get("task"),
-            "description": route.get("description", ""), "component": route.get("component"),
-            "rank": profile.rank, "alpha": profile.alpha, "targets": profile.targets,
-            "dropout": profile.dropout,
-        })  # fmt: skip
+        adapters.append(
+            {
+                "name": name,
+                "version": route.get("version"),
+                "task": route.get("task"),
+                "description": route.get("description", ""),
+                "component": route.get("component"),
+                "rank": profile.rank,
+                "alpha": profile.alpha,
+                "targets": profile.targets,
+                "dropout": profile.dropout,
+            }
+        )
         if route["task"] not in tasks:
-            tasks[route["task"]] = {"instruction": profile.instruction,
-                                    "samples": _samples(route["task"], entry)}  # fmt: skip
+            tasks[route["task"]] = {
+                "instruction": profile.instruction,
+                "samples": _samples(route["task"], entry),
+            }
     return {"adapters": adapters, "tasks": tasks, "base": gateway.table.get("base_component")}
 
 
@@ -356,8 +381,7 @@ def create_app(gateway: LocalGateway) -> ApiGateway:
         try:
             return JSONResponse(await asyncio.to_thread(gateway.invoke_base, tenant, data))
         except InvokeError as exc:
-            return JSONResponse({"error": exc.message, "code": exc.code},
-                                status_code=exc.status)  # fmt: skip
+            return JSONResponse({"error": exc.message, "code": exc.code}, status_code=exc.status)
         except RouterError as f:
             body = {"error": f.message, "status": f.status, "code": f.code, "details": f.details}
             return JSONResponse(body, status_code=f.status, headers=f.headers)
@@ -368,13 +392,19 @@ def create_app(gateway: LocalGateway) -> ApiGateway:
             adapters = (await runtime.get("/adapters")).json()
         except (httpx.HTTPError, ValueError) as exc:
             return JSONResponse({"runtime": f"unreachable: {exc}"}, status_code=503)
-        return JSONResponse({
-            "base": adapters.get("base"), "tiers": adapters.get("tiers"),
-            "memory": adapters.get("memory"), "max_loras": adapters.get("max_loras"),
-            "max_cpu_loras": adapters.get("max_cpu_loras"), "adapters": adapters.get("adapters"),
-            "cache": gateway.cache_mode, "endpoint": gateway.table.get("endpoint"),
-            "availability": availability(gateway, adapters.get("adapters") or []),
-        })  # fmt: skip
+        return JSONResponse(
+            {
+                "base": adapters.get("base"),
+                "tiers": adapters.get("tiers"),
+                "memory": adapters.get("memory"),
+                "max_loras": adapters.get("max_loras"),
+                "max_cpu_loras": adapters.get("max_cpu_loras"),
+                "adapters": adapters.get("adapters"),
+                "cache": gateway.cache_mode,
+                "endpoint": gateway.table.get("endpoint"),
+                "availability": availability(gateway, adapters.get("adapters") or []),
+            }
+        )
 
     @app.get("/local/trace")
     async def trace(since_runtime: int = 0, since_router: int = 0) -> Response:
@@ -425,8 +455,14 @@ class ApiGateway:
             await self.rest(scope, receive, send)
             return
         method = scope["method"]
-        match = next(((m, res) for verb, pattern, res in RESOURCES
-                      if verb == method and (m := pattern.match(path))), None)  # fmt: skip
+        match = next(
+            (
+                (m, res)
+                for verb, pattern, res in RESOURCES
+                if verb == method and (m := pattern.match(path))
+            ),
+            None,
+        )
         if match is None:
             refusal = JSONResponse({"message": "Missing Authentication Token"}, status_code=403)
             await refusal(scope, receive, send)
@@ -439,13 +475,20 @@ class ApiGateway:
             return
         m, resource = match
         context = request_context(method, path, resource, tenant)
-        dropped = {"authorization", TENANT_HEADER, "x-amzn-request-context",
-                   "x-amzn-lambda-context"}  # fmt: skip
-        forwarded = [(k, v) for k, v in scope["headers"]
-                     if k.decode("latin-1").lower() not in dropped]  # fmt: skip
+        dropped = {
+            "authorization",
+            TENANT_HEADER,
+            "x-amzn-request-context",
+            "x-amzn-lambda-context",
+        }
+        forwarded = [
+            (k, v) for k, v in scope["headers"] if k.decode("latin-1").lower() not in dropped
+        ]
         lambda_context = {"request_id": context["requestId"], "invoked_function_arn": FUNCTION_ARN}
-        forwarded += [(b"x-amzn-request-context", json.dumps(context).encode()),
-                      (b"x-amzn-lambda-context", json.dumps(lambda_context).encode())]  # fmt: skip
+        forwarded += [
+            (b"x-amzn-request-context", json.dumps(context).encode()),
+            (b"x-amzn-lambda-context", json.dumps(lambda_context).encode()),
+        ]
         t0 = time.perf_counter()
         observed: dict[str, Any] = {"status": None, "body": b"", "stream": False}
 
@@ -462,9 +505,13 @@ class ApiGateway:
 
         await self.router({**scope, "headers": forwarded}, receive, watch)
         if resource.endswith("/generate"):
-            self.gateway.event("router_request", adapter=m["adapter"], status=observed["status"],
-                               cache=_cache_status(observed),
-                               latency_ms=round((time.perf_counter() - t0) * 1000, 1))  # fmt: skip
+            self.gateway.event(
+                "router_request",
+                adapter=m["adapter"],
+                status=observed["status"],
+                cache=_cache_status(observed),
+                latency_ms=round((time.perf_counter() - t0) * 1000, 1),
+            )
 
 
 #: The names a request to this loopback gateway may carry in ``Host``.
@@ -482,20 +529,24 @@ def _foreign_request(scope: dict[str, Any]) -> JSONResponse | None:
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     host = headers.get("host", "")
     if host.rsplit(":", 1)[0] not in LOOPBACK_HOSTS and host not in LOOPBACK_HOSTS:
-        return JSONResponse({"error": f"this gateway answers only on loopback, not {host[:64]!r}",
-                             "status": 403}, status_code=403)  # fmt: skip
+        return JSONResponse(
+            {"error": f"this gateway answers only on loopback, not {host[:64]!r}", "status": 403},
+            status_code=403,
+        )
     if scope["method"] not in ("POST", "PUT", "PATCH", "DELETE"):
         return None
     origin = headers.get("origin")
     if headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none") or (
         origin is not None and origin.split("://", 1)[-1] != host
     ):
-        return JSONResponse({"error": "cross-origin requests are refused", "status": 403},
-                            status_code=403)  # fmt: skip
+        return JSONResponse(
+            {"error": "cross-origin requests are refused", "status": 403}, status_code=403
+        )
     media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if scope["method"] != "DELETE" and media != "application/json":
-        return JSONResponse({"error": "the body must be sent as application/json", "status": 415},
-                            status_code=415)  # fmt: skip
+        return JSONResponse(
+            {"error": "the body must be sent as application/json", "status": 415}, status_code=415
+        )
     return None
 
 

@@ -19,10 +19,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+from local.options import Options
+from local.processes import alive, read_state, reap, spawn, write_state
 
 STATUS_FILE = "training.json"
 _STEP = re.compile(r"step (\d+)/(\d+)")
@@ -42,9 +46,11 @@ class Status:
     def __init__(self, state_dir: Path, queued: list[str]) -> None:
         self.path = state_dir / STATUS_FILE
         self.data: dict[str, Any] = {
-            "pid": os.getpid(), "started": round(time.time(), 3), "finished": None,
+            "pid": os.getpid(),
+            "started": round(time.time(), 3),
+            "finished": None,
             "adapters": {n: {"state": "queued"} for n in queued},
-        }  # fmt: skip
+        }
         self._write()
 
     def set(self, name: str, **fields: Any) -> None:
@@ -90,19 +96,34 @@ def run(opts: Any, todo: list[str], declare: Any, log=print) -> int:
                 status.set(name, state="evaluating")
 
         try:
-            res = train(name, env=dep.env.name, base_dir=base_dir, out_dir=out,
-                        max_steps=opts.max_steps, catalog=opts.catalog,
-                        environments_dir=opts.environments_dir, log=progress)  # fmt: skip
+            res = train(
+                name,
+                env=dep.env.name,
+                base_dir=base_dir,
+                out_dir=out,
+                max_steps=opts.max_steps,
+                catalog=opts.catalog,
+                environments_dir=opts.environments_dir,
+                log=progress,
+            )
         except Exception as exc:
             log(traceback.format_exc())
-            status.set(name, state="failed", detail=f"{type(exc).__name__}: {exc}"[:500],
-                       seconds=round(time.time() - t0, 1))  # fmt: skip
+            status.set(
+                name,
+                state="failed",
+                detail=f"{type(exc).__name__}: {exc}"[:500],
+                seconds=round(time.time() - t0, 1),
+            )
             offline += 1
             continue
         ev = res.manifest.eval or {}
-        summary = {"score": ev["adapter"]["score"], "base_score": ev["base"]["score"],
-                   "ci_low": ev["bootstrap"]["ci_low"], "metric": ev["metric"],
-                   "seconds": round(res.seconds, 1)}  # fmt: skip
+        summary = {
+            "score": ev["adapter"]["score"],
+            "base_score": ev["base"]["score"],
+            "ci_low": ev["bootstrap"]["ci_low"],
+            "metric": ev["metric"],
+            "seconds": round(res.seconds, 1),
+        }
         if not ev["publishable"] and not opts.serve_unpublishable:
             status.set(name, state="not publishable", detail="; ".join(ev["failures"]), **summary)
             offline += 1
@@ -111,12 +132,18 @@ def run(opts: Any, todo: list[str], declare: Any, log=print) -> int:
             declare()
         except Exception as exc:  # the platform may be going down: the next up declares it
             log(traceback.format_exc())
-            status.set(name, state="failed", detail=f"trained, but not declared: {exc}"[:500],
-                       **summary)  # fmt: skip
+            status.set(
+                name, state="failed", detail=f"trained, but not declared: {exc}"[:500], **summary
+            )
             offline += 1
             continue
-        status.set(name, state="online", online_at=round(time.time(), 3),
-                   publishable=bool(ev["publishable"]), **summary)  # fmt: skip
+        status.set(
+            name,
+            state="online",
+            online_at=round(time.time(), 3),
+            publishable=bool(ev["publishable"]),
+            **summary,
+        )
         log(f"[{name}] online after {time.time() - t0:.0f} s")
     status.done()
     return offline
@@ -127,14 +154,88 @@ def _added(opts: Any, attempted: set[str], status: Status) -> list[str]:
     catalog (or changed) while it trained. ``up`` does not start a second trainer, so this one
     takes them when its queue ends."""
     from config import load_deployment
-    from local.platform import plan_adapters
+    from contracts.manifests import BaseManifest
+    from local.artifacts import plan_adapters
 
     dep = load_deployment(opts.env, opts.catalog, opts.environments_dir)
-    from contracts.manifests import BaseManifest
-
     manifest = BaseManifest.read(opts.artifacts / "base" / dep.base_key)
     plan = plan_adapters(dep, opts, manifest)
     added = [name for name, _ in plan.todo if name not in attempted]
     for name in added:
         status.set(name, state="queued")
     return added
+
+
+# -- starting it, from up ---------------------------------------------------------------
+
+
+def trainer_command(opts: Options, todo: list[str]) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "local",
+        "trainer",
+        "--env",
+        opts.env,
+        "--catalog",
+        str(opts.catalog),
+        "--environments-dir",
+        str(opts.environments_dir),
+        "--state-dir",
+        str(opts.state_dir),
+        "--artifacts",
+        str(opts.artifacts),
+        "--gateway-port",
+        str(opts.gateway_port),
+        "--endpoint-port",
+        str(opts.endpoint_port),
+        "--runtime-port",
+        str(opts.runtime_port),
+    ]
+    if opts.max_steps is not None:
+        cmd += ["--max-steps", str(opts.max_steps)]
+    if opts.serve_unpublishable:
+        cmd.append("--serve-unpublishable")
+    return [*cmd, *todo]
+
+
+def start_trainer(opts: Options, todo: list[str]) -> int | None:
+    """Start the background trainer for ``todo`` unless one already runs; its pid."""
+    state = read_state(opts.state_dir)
+    running = state.get("trainer")
+    if running and alive(running["pid"]):
+        queued = running.get("adapters", [])
+        later = ", ".join(a for a in todo if a not in queued) or "nothing else"
+        opts.log(
+            f"      the trainer (pid {running['pid']}) is already training "
+            f"{', '.join(queued)}; it takes {later} when its queue ends"
+        )
+        return running["pid"]
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+    proc = spawn("trainer", trainer_command(opts, todo), env, opts.state_dir)
+    state["trainer"] = {"pid": proc.pid, "adapters": todo, "health": None}
+    write_state(opts.state_dir, state)
+    return proc.pid
+
+
+def wait_for_trainer(opts: Options, pid: int, poll_s: float = 2.0) -> None:
+    """Follow the trainer's progress until it exits (``--wait``)."""
+    shown: dict[str, str] = {}
+    while True:
+        status = read_status(opts.state_dir).get("adapters", {})
+        for name, st in status.items():
+            line = st.get("state", "?")
+            if line == "training" and st.get("steps"):
+                line += f" {st.get('step', 0)}/{st['steps']}"
+            if shown.get(name) != line:
+                shown[name] = line
+                opts.log(f"      {name}: {line}")
+        reap(pid)  # the trainer is this process's child: an exited one lingers until reaped
+        if not alive(pid):
+            break
+        time.sleep(poll_s)

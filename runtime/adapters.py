@@ -20,6 +20,8 @@ import numpy as np
 import torch
 
 from contracts.manifests import AdapterManifest, ManifestError, PromptFormat, chat_prompt
+from contracts.requests import MAX_SCHEMA_BYTES
+from runtime.schemas import SchemaError, check_schema
 
 _KEY = re.compile(
     r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<ab>[AB])(?:\.[^.]+)?\.weight$"
@@ -149,8 +151,10 @@ def check_config(cfg: dict[str, Any]) -> None:
     _number(cfg.get("r"), "r", integer=True, upper=RANK_LIMIT)
     if "lora_alpha" in cfg:
         _number(cfg["lora_alpha"], "lora_alpha", integer=False, upper=MAX_ALPHA)
-    for name, integer, upper in (("rank_pattern", True, RANK_LIMIT),
-                                 ("alpha_pattern", False, MAX_ALPHA)):  # fmt: skip
+    for name, integer, upper in (
+        ("rank_pattern", True, RANK_LIMIT),
+        ("alpha_pattern", False, MAX_ALPHA),
+    ):
         patterns = cfg.get(name)
         if patterns is None:
             continue
@@ -226,8 +230,14 @@ def artifact_identity(directory: Path, manifest: AdapterManifest | None) -> dict
             raise AdapterError(f"manifest.json lists {fname[:80]!r}, which is not in the artifact")
         if file_sha256(path) != digest:
             raise AdapterError(f"{fname} does not match the sha256 manifest.json records")
-    weights = next((directory / f for f in ("adapter_model.safetensors", "adapter_model.bin")
-                    if (directory / f).is_file()), None)  # fmt: skip
+    weights = next(
+        (
+            directory / f
+            for f in ("adapter_model.safetensors", "adapter_model.bin")
+            if (directory / f).is_file()
+        ),
+        None,
+    )
     sha = recorded.get(weights.name) if weights is not None else None
     if weights is not None and sha is None:
         sha = file_sha256(weights)
@@ -358,3 +368,14 @@ def load_adapter(name: str, directory: Path, base: BaseIdentity) -> LoadedAdapte
         identity=artifact_identity(directory, manifest),
         prompt=chat_prompt(manifest.prompt if manifest is not None else None),
     )
+
+
+def default_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The JSON schema an adapter's manifest names for its requests (``json_schema``), checked
+    as a request's schema is."""
+    if schema is None:
+        return None
+    try:
+        return check_schema(schema, max_bytes=MAX_SCHEMA_BYTES)
+    except SchemaError as exc:
+        raise AdapterError(f"manifest.json field 'json_schema': {exc}") from None

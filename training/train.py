@@ -30,7 +30,15 @@ from typing import Any
 
 from transformers import PrinterCallback, TrainerCallback
 
-from config import CATALOG_PATH, ENVIRONMENTS_DIR, TARGET_MODULES, TaskProfile, load_deployment
+from config import (
+    CATALOG_PATH,
+    ENVIRONMENTS_DIR,
+    TARGET_MODULES,
+    AdapterEntry,
+    Deployment,
+    TaskProfile,
+    load_deployment,
+)
 from config.dataset_files import DatasetFileError
 from config.schema import NoCanaryError
 from contracts.compat import tokenizer_sha256
@@ -70,31 +78,36 @@ def precision() -> dict[str, bool]:
     return {"bf16": False, "fp16": False}
 
 
-def train(
+@dataclass
+class Job:
+    """One training run's inputs, resolved from the catalog: the entry, its profile and the
+    split it trains, validates and is gated on."""
+
+    adapter: str
+    dep: Deployment
+    entry: AdapterEntry
+    profile: TaskProfile
+    version: str
+    split: Any
+    #: Where the records come from (``training.datasets.for_entry``): generator or file.
+    identity: dict[str, Any]
+    dataset_size: int
+
+
+def resolve(
     adapter: str,
     *,
-    env: str = "local",
+    env: str,
     base_dir: Path,
-    out_dir: Path,
-    qlora: bool = False,
-    max_steps: int | None = None,
-    dataset_size: int = datasets.DEFAULT_SIZE,
-    catalog: Path | None = None,
-    environments_dir: Path | None = None,
-    canary: bool = False,
-    log=print,
-) -> TrainResult:
-    import torch
-    from datasets import Dataset
-    from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, EarlyStoppingCallback
-    from trl import SFTConfig, SFTTrainer
-
-    t0 = time.perf_counter()
+    dataset_size: int,
+    catalog: Path | None,
+    environments_dir: Path | None,
+    canary: bool,
+) -> Job:
+    """The entry, its data and its version; refuses a base directory that holds another base."""
     dep = load_deployment(env, catalog or CATALOG_PATH, environments_dir or ENVIRONMENTS_DIR)
     resolved = dep.adapter(adapter)
-    entry, profile = resolved.entry, resolved.profile
-    version = entry.version_made(canary)
+    entry = resolved.entry
     catalog_dir = Path(catalog or CATALOG_PATH).parent
     split, identity = datasets.for_entry(entry, catalog_dir, dataset_size)
     built = BaseManifest.load(Path(base_dir))
@@ -106,24 +119,60 @@ def train(
             f"{base_dir} holds {built.model_id}@{built.revision}, but environment "
             f"{env!r} serves {dep.base.model_id}@{dep.base.revision}"
         )
+    return Job(
+        adapter,
+        dep,
+        entry,
+        resolved.profile,
+        entry.version_made(canary),
+        split,
+        identity,
+        dataset_size,
+    )
 
-    def records(recs) -> Dataset:
-        return Dataset.from_list(
-            [
-                {
-                    "prompt": [
-                        {"role": "system", "content": profile.instruction},
-                        {"role": "user", "content": r.raw},
-                    ],
-                    "completion": [{"role": "assistant", "content": r.label}],
-                }
-                for r in recs
-            ]
-        )
 
+def sft_records(records: Any, instruction: str) -> Any:
+    """Prompt/completion chat records: the instruction as the system turn, the input as the
+    user's, the label as the assistant's (the shape the runtime gives an ``inputs`` request)."""
+    from datasets import Dataset
+
+    return Dataset.from_list(
+        [
+            {
+                "prompt": [
+                    {"role": "system", "content": instruction},
+                    {"role": "user", "content": r.raw},
+                ],
+                "completion": [{"role": "assistant", "content": r.label}],
+            }
+            for r in records
+        ]
+    )
+
+
+@dataclass
+class Fitted:
+    """What training left: the adapter directory and the run's own record."""
+
+    adapter_dir: Path
+    record: TrainingRecord
+
+
+def fit(
+    job: Job, base_dir: Path, out_dir: Path, *, qlora: bool, max_steps: int | None, log: Any
+) -> Fitted:
+    """LoRA SFT on the train split, early stopping on the validation split; the adapter saved
+    under ``out_dir/NAME``."""
+    import torch
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, EarlyStoppingCallback
+    from trl import SFTConfig, SFTTrainer
+
+    t0 = time.perf_counter()
+    adapter, profile, split = job.adapter, job.profile, job.split
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    if identity["source"] == "file":
-        check_lengths(adapter, entry.dataset or "", split, profile, tokenizer)
+    if job.identity["source"] == "file":
+        check_lengths(adapter, job.entry.dataset or "", split, profile, tokenizer)
     kwargs: dict[str, Any] = {}
     prec = precision()
     if qlora:
@@ -165,7 +214,7 @@ def train(
         logging_steps=profile.eval_steps,
         report_to=[],
         use_cpu=not torch.cuda.is_available(),
-        seed=entry.dataset_seed,
+        seed=job.entry.dataset_seed,
         max_length=profile.max_length,
         completion_only_loss=True,
         disable_tqdm=True,
@@ -176,8 +225,8 @@ def train(
     trainer = SFTTrainer(
         model=model,
         args=config,
-        train_dataset=records(split.train),
-        eval_dataset=records(split.validation),
+        train_dataset=sft_records(split.train, profile.instruction),
+        eval_dataset=sft_records(split.validation, profile.instruction),
         processing_class=tokenizer,
         peft_config=lora,
         callbacks=[
@@ -204,79 +253,142 @@ def train(
         shutil.rmtree(adapter_dir)
     trainer.model.save_pretrained(adapter_dir)
     shutil.rmtree(work, ignore_errors=True)
+    record = TrainingRecord(
+        # SageMaker sets TRAINING_JOB_NAME in a training container (the SDK's own container
+        # drivers read it); publish then checks the job's recorded metrics.
+        job_name=os.environ.get("TRAINING_JOB_NAME"),
+        steps=result.global_step,
+        # Whether early stopping ended the run, or the step cap (or the epochs) did.
+        ended="early" if result.global_step < trainer.state.max_steps else "cap",
+        train_loss=round(result.training_loss, 4),
+        best_eval_loss=trainer.state.best_metric,
+        seconds=round(time.perf_counter() - t0, 1),
+    )
+    return Fitted(adapter_dir, record)
 
+
+def gate(job: Job, base_dir: Path, adapter_dir: Path, out_dir: Path, log: Any) -> dict[str, Any]:
+    """The evaluation gate on the test split, seen here for the first time (``compare``)."""
+    adapter, profile, split = job.adapter, job.profile, job.split
     evaluation = compare(
         base_dir,
         adapter_dir,
         profile,
         list(split.test),
         train=split.train,
-        schema=entry.json_schema_document,
-        grouped=identity["source"] == "file",
+        schema=job.entry.json_schema_document,
+        grouped=job.identity["source"] == "file",
         cache_dir=out_dir / ".base-outputs",
         log=lambda m: log(f"[{adapter}] {m}"),
     )
     boot = evaluation["bootstrap"]
     rival = evaluation["strongest_baseline"]
     rival_score = evaluation["base"] if rival == "base" else evaluation["baselines"][rival]
+    verdict = (
+        "publishable"
+        if evaluation["publishable"]
+        else "NOT publishable: " + "; ".join(evaluation["failures"])
+    )
     log(
         f"[{adapter}] test {headline(profile.metric)}: "
         f"adapter {evaluation['adapter']['score']:.3f} vs {rival} {rival_score['score']:.3f} "
         f"(difference {boot['mean_diff']:.3f}, 95% CI [{boot['ci_low']:.3f}, "
-        f"{boot['ci_high']:.3f}]) -> "
-        + ("publishable" if evaluation["publishable"] else
-           "NOT publishable: " + "; ".join(evaluation["failures"]))
-    )  # fmt: skip
-    base = dep.base
+        f"{boot['ci_high']:.3f}]) -> {verdict}"
+    )
+    return evaluation
+
+
+def manifest_of(
+    job: Job,
+    base_dir: Path,
+    *,
+    qlora: bool,
+    max_steps: int | None,
+    record: TrainingRecord,
+    evaluation: dict[str, Any],
+) -> AdapterManifest:
+    """What the archive says it is: the compatibility tuple, the profile, the dataset's
+    identity, the prompt format, the run and the gate's verdict."""
+    base, entry, split, identity = job.dep.base, job.entry, job.split, job.identity
+    generated = identity["source"] == "generator"
+    return AdapterManifest(
+        name=job.adapter,
+        version=job.version,
+        task=entry.task,
+        base=BaseRef(
+            key=job.dep.base_key,
+            model_id=base.model_id,
+            revision=base.revision,
+            tokenizer_sha256=tokenizer_sha256(base_dir),
+            dtype=base.dtype,
+            quantization="nf4" if qlora else base.quantization,
+        ),
+        hyperparameters=recorded_hyperparameters(job.profile, max_steps),
+        dataset={
+            "task": split.task,
+            "seed": split.seed,
+            "sha256": split.sha256(),
+            "size": job.dataset_size if generated else identity["records"],
+            **split.sizes(),
+            "card": datasets.card(split.task)
+            if generated
+            else f"the team's own records: {entry.dataset}",
+            **identity,
+        },
+        prompt=prompt_format(job.profile),
+        # The catalog's default output schema: the runtime decodes to it when a request (sent
+        # to the container directly, not through the router) names none.
+        **({"json_schema": entry.json_schema_document} if entry.json_schema_document else {}),
+        training=record,
+        eval=evaluation,
+    )
+
+
+def train(
+    adapter: str,
+    *,
+    env: str = "local",
+    base_dir: Path,
+    out_dir: Path,
+    qlora: bool = False,
+    max_steps: int | None = None,
+    dataset_size: int = datasets.DEFAULT_SIZE,
+    catalog: Path | None = None,
+    environments_dir: Path | None = None,
+    canary: bool = False,
+    log=print,
+) -> TrainResult:
+    """Train, gate and package one catalog entry: ``out_dir/NAME.tar.gz``."""
+    t0 = time.perf_counter()
+    job = resolve(
+        adapter,
+        env=env,
+        base_dir=base_dir,
+        dataset_size=dataset_size,
+        catalog=catalog,
+        environments_dir=environments_dir,
+        canary=canary,
+    )
+    fitted = fit(job, base_dir, out_dir, qlora=qlora, max_steps=max_steps, log=log)
+    evaluation = gate(job, base_dir, fitted.adapter_dir, out_dir, log)
+    record = fitted.record.model_copy(update={"seconds": round(time.perf_counter() - t0, 1)})
     manifest = write_manifest(
-        adapter_dir,
-        AdapterManifest(
-            name=adapter,
-            version=version,
-            task=entry.task,
-            base=BaseRef(
-                key=dep.base_key,
-                model_id=base.model_id,
-                revision=base.revision,
-                tokenizer_sha256=tokenizer_sha256(base_dir),
-                dtype=base.dtype,
-                quantization="nf4" if qlora else base.quantization,
-            ),
-            hyperparameters=recorded_hyperparameters(profile, max_steps),
-            dataset={
-                "task": split.task,
-                "seed": split.seed,
-                "sha256": split.sha256(),
-                "size": dataset_size if identity["source"] == "generator" else identity["records"],
-                **split.sizes(),
-                "card": datasets.card(split.task)
-                if identity["source"] == "generator"
-                else f"the team's own records: {entry.dataset}",
-                **identity,
-            },
-            prompt=prompt_format(profile),
-            # The catalog's default output schema: the runtime decodes to it when a request
-            # (sent to the container directly, not through the router) names none.
-            **({"json_schema": entry.json_schema_document} if entry.json_schema_document else {}),
-            training=TrainingRecord(
-                # SageMaker sets TRAINING_JOB_NAME in a training container (the SDK's own
-                # container drivers read it); publish then checks the job's recorded metrics.
-                job_name=os.environ.get("TRAINING_JOB_NAME"),
-                steps=result.global_step,
-                ended="early" if result.global_step < trainer.state.max_steps else "cap",
-                train_loss=round(result.training_loss, 4),
-                best_eval_loss=trainer.state.best_metric,
-                seconds=round(time.perf_counter() - t0, 1),
-            ),
-            eval=evaluation,
+        fitted.adapter_dir,
+        manifest_of(
+            job,
+            base_dir,
+            qlora=qlora,
+            max_steps=max_steps,
+            record=record,
+            evaluation=evaluation,
         ),
     )
-    (adapter_dir / "eval_report.json").write_text(json.dumps(evaluation, indent=2) + "\n")
+    (fitted.adapter_dir / "eval_report.json").write_text(json.dumps(evaluation, indent=2) + "\n")
     # One line the training job's metric definitions parse (training.launch), so that SageMaker
     # keeps its own record of the gate's figures.
     log(gate_line(evaluation))
     archive = out_dir / f"{adapter}.tar.gz"
-    digest = pack(adapter_dir, archive)
+    digest = pack(fitted.adapter_dir, archive)
     seconds = time.perf_counter() - t0
     log(f"[{adapter}] {archive} sha256 {digest[:12]}... in {seconds:.1f} s")
     return TrainResult(adapter, archive, digest, manifest, seconds)

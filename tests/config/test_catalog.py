@@ -171,8 +171,9 @@ def test_base_revision_must_be_exact(tmp_path: Path) -> None:
 
 def test_all_errors_are_reported_at_once(tmp_path: Path) -> None:
     data = _with_adapter(base="nope")
-    data["adapters"].append({"name": "x2", "version": "1", "base": "qwen3-4b", "task": "sales_json",
-                             "rank": 512})  # fmt: skip
+    data["adapters"].append(
+        {"name": "x2", "version": "1", "base": "qwen3-4b", "task": "sales_json", "rank": 512}
+    )
     with pytest.raises(CatalogError) as exc:
         load_catalog(_write(tmp_path, data))
     assert {i.field for i in exc.value.issues} >= {"base", "rank"}
@@ -203,12 +204,18 @@ def test_cli_prints_table_and_fails_with_messages(tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stderr
     assert "lora-dev-medical-shorthand-r64" in ok.stdout and "catalog ok" in ok.stdout
     bad = subprocess.run(
-        [sys.executable, "-m", "config", "check", "--catalog",
-         str(_write(tmp_path, _with_adapter(task="poetry")))],
+        [
+            sys.executable,
+            "-m",
+            "config",
+            "check",
+            "--catalog",
+            str(_write(tmp_path, _with_adapter(task="poetry"))),
+        ],
         capture_output=True,
         text=True,
         check=False,
-    )  # fmt: skip
+    )
     assert bad.returncode == 1
     assert "adapter 'new-adapter'" in bad.stderr and "field 'task'" in bad.stderr
 
@@ -235,9 +242,16 @@ def test_account_qualified_tenants_and_cache_modes_load(tmp_path):
     from config import CATALOG_PATH, load_catalog
 
     data = yaml.safe_load(CATALOG_PATH.read_text())
-    data["adapters"][0]["allow"] = {"tenants": ["clinic-north", "999999999999:clinic-north",
-                                                "999999999999:*", "*", "user/clinic-north",
-                                                "999999999999:user/clinic-north"]}  # fmt: skip
+    data["adapters"][0]["allow"] = {
+        "tenants": [
+            "clinic-north",
+            "999999999999:clinic-north",
+            "999999999999:*",
+            "*",
+            "user/clinic-north",
+            "999999999999:user/clinic-north",
+        ]
+    }
     data["adapters"][0]["cache"] = "shared"
     path = tmp_path / "adapters.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -256,9 +270,14 @@ def _local_env(tmp_path: Path, training: dict) -> Path:
 def test_an_environments_training_plan_applies_by_task_then_by_adapter(tmp_path: Path) -> None:
     from config import load_deployment
 
-    envs = _local_env(tmp_path, {"defaults": {"max_steps": 30, "learning_rate": 1e-3},
-                                 "tasks": {"medical_shorthand": {"max_steps": 35}},
-                                 "adapters": {"medical-shorthand-r8": {"max_steps": 60}}})  # fmt: skip
+    envs = _local_env(
+        tmp_path,
+        {
+            "defaults": {"max_steps": 30, "learning_rate": 1e-3},
+            "tasks": {"medical_shorthand": {"max_steps": 35}},
+            "adapters": {"medical-shorthand-r8": {"max_steps": 60}},
+        },
+    )
     dep = load_deployment("local", CATALOG_PATH, envs)
     steps = {a.name: a.profile.max_steps for a in dep.adapters}
     assert steps["medical-shorthand-r64"] == 35 and steps["medical-shorthand-r8"] == 60
@@ -266,10 +285,13 @@ def test_an_environments_training_plan_applies_by_task_then_by_adapter(tmp_path:
     assert dep.adapter("medical-shorthand-r8").profile.rank == 8, "the entry's own rank stays"
 
 
-@pytest.mark.parametrize(("training", "field"), [
-    ({"tasks": {"poetry": {"max_steps": 3}}}, "training.tasks"),
-    ({"adapters": {"no-such-adapter": {"max_steps": 3}}}, "training.adapters"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("training", "field"),
+    [
+        ({"tasks": {"poetry": {"max_steps": 3}}}, "training.tasks"),
+        ({"adapters": {"no-such-adapter": {"max_steps": 3}}}, "training.adapters"),
+    ],
+)
 def test_a_training_plan_naming_an_unknown_task_or_adapter_is_refused(
     tmp_path: Path, training: dict, field: str
 ) -> None:

@@ -29,8 +29,11 @@ def test_the_seed_formula_on_a_g5_xlarge() -> None:
     dep = load_deployment("dev")
     p = plan(dep)
     usable = 24.0 * dep.env.serving.vram_headroom
-    expected = int((usable - base_bytes(dep.base) / GIB - dep.env.serving.kv_cache_gb) * GIB
-                   // (p.adapter_mib * 2**20))  # fmt: skip
+    expected = int(
+        (usable - base_bytes(dep.base) / GIB - dep.env.serving.kv_cache_gb)
+        * GIB
+        // (p.adapter_mib * 2**20)
+    )
     assert p.fits == expected > 0
     s = dep.env.serving
     assert p.max_loras == min(expected, s.max_cpu_loras, s.max_batch_size)
@@ -62,14 +65,19 @@ def test_an_explicit_setting_that_fits_is_kept(tmp_path: Path) -> None:
 
 def test_adding_an_adapter_no_larger_than_the_largest_keeps_the_plan(tmp_path: Path) -> None:
     data = copy.deepcopy(REAL)
-    data["adapters"].append({"name": "extra", "version": "1", "base": "qwen3-4b",
-                             "task": "sales_json"})  # fmt: skip
+    data["adapters"].append(
+        {"name": "extra", "version": "1", "base": "qwen3-4b", "task": "sales_json"}
+    )
     path = tmp_path / "adapters.yaml"
     path.write_text(yaml.safe_dump(data))
     assert plan(load_deployment("dev", path)) == plan(load_deployment("dev"))
 
 
 def test_cli_prints_the_table() -> None:
-    out = subprocess.run([sys.executable, "-m", "config", "plan", "--env", "prod"],
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "config", "plan", "--env", "prod"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "OPTION_MAX_LORAS" in out and "adapters that fit" in out

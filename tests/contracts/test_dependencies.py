@@ -18,7 +18,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-OURS = {"config", "contracts", "infra", "lambda_proxy", "local", "runtime", "training"}
+OURS = {"config", "contracts", "infra", "lambda_proxy", "local", "ops", "runtime", "training"}
+#: ARCHITECTURE's rule: what each package may import of ours. The shipped parts take only the
+#: contracts; the CDK constructs never import the operations commands that drive them.
+MAY_IMPORT = {
+    "contracts": set(),
+    "runtime": {"contracts"},
+    "lambda_proxy": {"contracts"},
+    "config": {"contracts"},
+    "training": {"config", "contracts"},
+    "infra": {"config", "contracts"},
+    "ops": {"infra", "config", "contracts", "training"},
+    "local": {"config", "contracts", "training", "runtime", "lambda_proxy"},
+}
 
 
 def _imports(package: str) -> dict[str, set[str]]:
@@ -35,14 +47,15 @@ def _imports(package: str) -> dict[str, set[str]]:
     return found
 
 
-@pytest.mark.parametrize("package", ["runtime", "lambda_proxy"])
-def test_the_shipped_parts_import_only_contracts_of_ours(package: str) -> None:
+@pytest.mark.parametrize("package", sorted(MAY_IMPORT))
+def test_each_package_imports_only_what_the_dependency_rule_allows(package: str) -> None:
+    allowed = MAY_IMPORT[package] | {package}
     wrong = {
-        file: sorted(names & OURS - {package, "contracts"})
+        file: sorted(names & OURS - allowed)
         for file, names in _imports(package).items()
-        if names & OURS - {package, "contracts"}
+        if names & OURS - allowed
     }
-    assert not wrong, f"{package} ships alone with contracts; these import more: {wrong}"
+    assert not wrong, f"{package} may import {sorted(allowed)} of ours; these import more: {wrong}"
 
 
 def test_contracts_import_nothing_of_ours_and_nothing_but_pydantic() -> None:
@@ -112,3 +125,44 @@ def test_no_module_reaches_into_another_modules_private_names(package: str) -> N
             ):
                 wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value.id}.{node.attr}")
     assert not wrong, wrong
+
+
+def _module_graph(package: str) -> dict[str, set[str]]:
+    """Each module of ``package`` and the modules of it that it imports, anywhere in its code
+    (a function-level import is still a dependency)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted((ROOT / package).glob("*.py")):
+        name = f"{package}.{path.stem}"
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module == package:
+                    found |= {f"{package}.{a.name}" for a in node.names}
+                elif node.module.startswith(f"{package}."):
+                    found.add(".".join(node.module.split(".")[:2]))
+            elif isinstance(node, ast.Import):
+                found |= {
+                    ".".join(a.name.split(".")[:2])
+                    for a in node.names
+                    if a.name.startswith(f"{package}.")
+                }
+        graph[name] = found - {name}
+    return graph
+
+
+@pytest.mark.parametrize("package", ["local", "lambda_proxy", "runtime", "contracts"])
+def test_the_modules_of_a_package_import_each_other_without_a_circle(package: str) -> None:
+    """local/platform.py and local/trainer.py once imported each other."""
+    graph = _module_graph(package)
+    done: set[str] = set()
+
+    def visit(node: str, path: tuple[str, ...]) -> None:
+        assert node not in path, " -> ".join((*path, node))
+        if node in done:
+            return
+        for nxt in sorted(graph.get(node, ())):
+            visit(nxt, (*path, node))
+        done.add(node)
+
+    for module in sorted(graph):
+        visit(module, ())

@@ -33,10 +33,17 @@ TINY_BASE = {
     "quantization": "none",
     "max_lora_rank": 64,
     "image": {"repository": "lora-runtime", "tag": "local"},
-    "architecture": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-                     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-                     "vocab_size": 1024, "parameters": 139648},
-}  # fmt: skip
+    "architecture": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "vocab_size": 1024,
+        "parameters": 139648,
+    },
+}
 
 
 def free_port() -> int:
@@ -69,22 +76,50 @@ class Platform:
 
     def up(self, *extra: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "local", "up", "--catalog", str(self.catalog),
-             "--environments-dir", str(self.environments), "--state-dir", str(self.state),
-             "--artifacts", str(self.artifacts), "--max-steps", MAX_STEPS,
-             "--gateway-port", str(self.ports["gateway"]),
-             "--endpoint-port", str(self.ports["endpoint"]),
-             "--runtime-port", str(self.ports["runtime"]), "--redis-url", REDIS_URL,
-             # The tiny base cannot pass the gate; the tests need every adapter served.
-             "--wait", "--serve-unpublishable", *extra],
-            cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "local",
+                "up",
+                "--catalog",
+                str(self.catalog),
+                "--environments-dir",
+                str(self.environments),
+                "--state-dir",
+                str(self.state),
+                "--artifacts",
+                str(self.artifacts),
+                "--max-steps",
+                MAX_STEPS,
+                "--gateway-port",
+                str(self.ports["gateway"]),
+                "--endpoint-port",
+                str(self.ports["endpoint"]),
+                "--runtime-port",
+                str(self.ports["runtime"]),
+                "--redis-url",
+                REDIS_URL,
+                # The tiny base cannot pass the gate; the tests need every adapter served.
+                "--wait",
+                "--serve-unpublishable",
+                *extra,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
 
     def down(self) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", "local", "down", "--state-dir", str(self.state)],
-            cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
 
     def catalog_data(self) -> dict:
         return yaml.safe_load(self.catalog.read_text())
@@ -106,10 +141,13 @@ def platform(tmp_path_factory: pytest.TempPathFactory):
     (root / "environments" / "local.yaml").write_text(yaml.safe_dump(env))
     (root / "adapters.yaml").write_text(yaml.safe_dump(catalog, sort_keys=False))
     p = Platform(
-        root=root, catalog=root / "adapters.yaml", environments=root / "environments",
-        state=root / "state", artifacts=root / "artifacts",
+        root=root,
+        catalog=root / "adapters.yaml",
+        environments=root / "environments",
+        state=root / "state",
+        artifacts=root / "artifacts",
         ports={"gateway": free_port(), "endpoint": free_port(), "runtime": free_port()},
-    )  # fmt: skip
+    )
     p.first_up = p.up()
     try:
         assert p.first_up.returncode == 0, p.first_up.stdout[-4000:] + p.first_up.stderr[-4000:]

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from config import load_deployment
-from local.platform import read_state
+from local.processes import read_state
 
 pytestmark = pytest.mark.e2e
 
@@ -42,8 +42,11 @@ def test_up_prints_the_urls_and_a_tour_of_every_adapter(platform) -> None:
     assert out.index("platform ready in") < out.index("training in the background")
     for a in dep.adapters:
         assert f"{a.name}: online" in out, a.name
-    rows = {line.split()[0]: line for line in out.splitlines()
-            if line.startswith("  ") and len(line.split()) > 3 and "(again)" not in line}  # fmt: skip
+    rows = {
+        line.split()[0]: line
+        for line in out.splitlines()
+        if line.startswith("  ") and len(line.split()) > 3 and "(again)" not in line
+    }
     for a in dep.adapters:
         assert rows[a.name].split()[1] == "200", rows[a.name]
     again = next(line for line in out.splitlines() if "(again)" in line)
@@ -70,8 +73,11 @@ def test_every_adapter_answers_through_the_gateway_from_its_own_component(platfo
             )
             assert len(answer["artifact"]["sha256"]) == 64
         assert client.post("/v1/adapters/no-such-adapter/generate", json=body).status_code == 404
-        forbidden = client.post(f"/v1/adapters/{dep.adapters[0].name}/generate", json=body,
-                                headers={"X-Local-Tenant": "intruder"})  # fmt: skip
+        forbidden = client.post(
+            f"/v1/adapters/{dep.adapters[0].name}/generate",
+            json=body,
+            headers={"X-Local-Tenant": "intruder"},
+        )
         assert forbidden.status_code == 404  # "not yours" answers like "no such adapter"
 
 
@@ -108,8 +114,11 @@ def test_an_adapter_trained_on_a_teams_own_file_answers_through_the_router(platf
 
 def test_a_repeated_deterministic_request_is_a_cache_hit(platform) -> None:
     name = _deployment(platform).adapters[0].name
-    body = request_body("Expand the clinical shorthand into full medical terminology.",
-                        f"pt 60yo f c/o cp {uuid.uuid4().hex[:8]}", 8)  # fmt: skip
+    body = request_body(
+        "Expand the clinical shorthand into full medical terminology.",
+        f"pt 60yo f c/o cp {uuid.uuid4().hex[:8]}",
+        8,
+    )
     with httpx.Client(base_url=platform.gateway, timeout=60) as client:
         first = client.post(f"/v1/adapters/{name}/generate", json=body).json()
         second = client.post(f"/v1/adapters/{name}/generate", json=body).json()
@@ -119,14 +128,21 @@ def test_a_repeated_deterministic_request_is_a_cache_hit(platform) -> None:
 
 def test_the_endpoint_speaks_the_real_invoke_endpoint_protocol(platform) -> None:
     dep = _deployment(platform)
-    client = boto3.client("sagemaker-runtime", endpoint_url=platform.endpoint,
-                          region_name="us-east-1", aws_access_key_id="local",
-                          aws_secret_access_key="local")  # fmt: skip
+    client = boto3.client(
+        "sagemaker-runtime",
+        endpoint_url=platform.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
     a = dep.adapters[0]
     payload = json.dumps(request_body("x", "pt 45yo m", 6)).encode()
-    resp = client.invoke_endpoint(EndpointName=dep.endpoint_name, Body=payload,
-                                  InferenceComponentName=a.component_name,
-                                  ContentType="application/json")  # fmt: skip
+    resp = client.invoke_endpoint(
+        EndpointName=dep.endpoint_name,
+        Body=payload,
+        InferenceComponentName=a.component_name,
+        ContentType="application/json",
+    )
     assert json.loads(resp["Body"].read())["adapter"] == a.component_name
     stream = client.invoke_endpoint_with_response_stream(
         EndpointName=dep.endpoint_name,
@@ -138,19 +154,28 @@ def test_the_endpoint_speaks_the_real_invoke_endpoint_protocol(platform) -> None
     last = json.loads(chunks.decode().strip().splitlines()[-1])
     assert last["done"] is True and last["adapter"] == a.component_name
     with pytest.raises(client.exceptions.ValidationError):
-        client.invoke_endpoint(EndpointName=dep.endpoint_name, Body=payload,
-                               InferenceComponentName="lora-e2e-missing")  # fmt: skip
+        client.invoke_endpoint(
+            EndpointName=dep.endpoint_name, Body=payload, InferenceComponentName="lora-e2e-missing"
+        )
 
 
 def test_a_new_catalog_entry_is_served_without_restarting_the_base(platform) -> None:
     runtime_pid = read_state(platform.state)["processes"]["runtime"]["pid"]
     data = platform.catalog_data()
     before = len(data["adapters"])
-    data["adapters"].append({
-        "name": "claims-summary", "version": "1.0.0", "base": "qwen3-4b",
-        "task": "style_transfer", "description": "Claims notes in formal register.",
-        "rank": 4, "alpha": 8, "targets": "attention", "allow": {"tenants": ["demo"]},
-    })  # fmt: skip
+    data["adapters"].append(
+        {
+            "name": "claims-summary",
+            "version": "1.0.0",
+            "base": "qwen3-4b",
+            "task": "style_transfer",
+            "description": "Claims notes in formal register.",
+            "rank": 4,
+            "alpha": 8,
+            "targets": "attention",
+            "allow": {"tenants": ["demo"]},
+        }
+    )
     platform.write_catalog(data)
     again = platform.up("--no-tour")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
@@ -161,23 +186,33 @@ def test_a_new_catalog_entry_is_served_without_restarting_the_base(platform) -> 
     assert "reusing the running platform" in again.stdout
     assert f"{before} unchanged" in again.stdout  # the new one is declared once trained
     assert "claims-summary: online" in again.stdout
-    status = subprocess.run([sys.executable, "-m", "local", "status", "--state-dir", str(platform.state)],
-                            capture_output=True, text=True, check=False, cwd=platform.root)  # fmt: skip
+    status = subprocess.run(
+        [sys.executable, "-m", "local", "status", "--state-dir", str(platform.state)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=platform.root,
+    )
     assert "claims-summary" in status.stdout and "online" in status.stdout, status.stdout
     assert read_state(platform.state)["processes"]["runtime"]["pid"] == runtime_pid
-    base_loads = [e for e in httpx.get(f"{platform.runtime}/trace?limit=1000").json()["events"]
-                  if e["event"] == "base_load"]  # fmt: skip
+    base_loads = [
+        e
+        for e in httpx.get(f"{platform.runtime}/trace?limit=1000").json()["events"]
+        if e["event"] == "base_load"
+    ]
     assert len(base_loads) == 1
     body = request_body("Rewrite the informal text in a formal register.", "hey thx", 8)
-    answer = httpx.post(f"{platform.gateway}/v1/adapters/claims-summary/generate", json=body,
-                        timeout=60).json()  # fmt: skip
+    answer = httpx.post(
+        f"{platform.gateway}/v1/adapters/claims-summary/generate", json=body, timeout=60
+    ).json()
     assert answer["served_by"] == "lora-e2e-claims-summary"
 
 
 def test_the_playground_runs_a_query_in_a_browser(platform) -> None:
     chromedriver = shutil.which("chromedriver")
-    chromium = next(filter(None, map(shutil.which, ("chromium", "chromium-browser",
-                                                     "google-chrome"))), None)  # fmt: skip
+    chromium = next(
+        filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None
+    )
     if chromedriver is None or chromium is None:
         pytest.fail("chromium and chromium-driver are required (.ci/run installs them)")
     from selenium import webdriver
@@ -190,8 +225,13 @@ def test_the_playground_runs_a_query_in_a_browser(platform) -> None:
 
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                 "--window-size=1440,900", "--disable-gpu"):  # fmt: skip
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1440,900",
+        "--disable-gpu",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(chromedriver), options=options)
     try:
@@ -206,10 +246,22 @@ def test_the_playground_runs_a_query_in_a_browser(platform) -> None:
         driver.find_element(By.CSS_SELECTOR, ".sample").click()
         assert driver.find_element(By.ID, "query").get_attribute("value")
         driver.find_element(By.ID, "run").click()
-        wait.until(lambda d: "pending" not in d.find_element(
-            By.CSS_SELECTOR, "#result-adapter .output").get_attribute("class"))  # fmt: skip
-        wait.until(lambda d: "pending" not in d.find_element(
-            By.CSS_SELECTOR, "#result-base .output").get_attribute("class"))  # fmt: skip
+        wait.until(
+            lambda d: (
+                "pending"
+                not in d.find_element(By.CSS_SELECTOR, "#result-adapter .output").get_attribute(
+                    "class"
+                )
+            )
+        )
+        wait.until(
+            lambda d: (
+                "pending"
+                not in d.find_element(By.CSS_SELECTOR, "#result-base .output").get_attribute(
+                    "class"
+                )
+            )
+        )
         badges = driver.find_element(By.CSS_SELECTOR, "#result-adapter .badges").text
         assert "cache" in badges and "ms" in badges, badges
         # The live trace shows the router's request and the status bar the runtime's tiers.
@@ -235,10 +287,25 @@ def test_the_smoke_check_invokes_every_adapter_through_the_router(platform) -> N
     from tests.e2e.conftest import ROOT
 
     proc = subprocess.run(
-        [sys.executable, "-m", "infra.smoke", "--env", "local", "--url", platform.gateway,
-         "--catalog", str(platform.catalog), "--environments-dir", str(platform.environments)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "ops.smoke",
+            "--env",
+            "local",
+            "--url",
+            platform.gateway,
+            "--catalog",
+            str(platform.catalog),
+            "--environments-dir",
+            str(platform.environments),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     dep = _deployment(platform)
     for a in dep.adapters:
@@ -253,27 +320,35 @@ def test_a_refused_artifact_leaves_the_good_adapter_serving(platform, tmp_path) 
 
     dep = _deployment(platform)
     victim = dep.adapters[0]
-    good = {a.component_name: str(platform.artifacts / "adapters" / f"{a.name}.tar.gz")
-            for a in dep.adapters}  # fmt: skip
+    good = {
+        a.component_name: str(platform.artifacts / "adapters" / f"{a.name}.tar.gz")
+        for a in dep.adapters
+    }
     bad = tmp_path / "bad.tar.gz"
     config = tmp_path / "adapter_config.json"
     config.write_text(json.dumps({"peft_type": "PROMPT_TUNING"}))
     with tarfile.open(bad, "w:gz") as tar:
         tar.add(config, arcname="adapter_config.json")
-    wanted = [{"component": c, "artifact": str(bad) if c == victim.component_name else a}
-              for c, a in good.items()]  # fmt: skip
-    actions = httpx.put(f"{platform.endpoint}/_local/components", json={"adapters": wanted},
-                        timeout=120).json()["actions"]  # fmt: skip
+    wanted = [
+        {"component": c, "artifact": str(bad) if c == victim.component_name else a}
+        for c, a in good.items()
+    ]
+    actions = httpx.put(
+        f"{platform.endpoint}/_local/components", json={"adapters": wanted}, timeout=120
+    ).json()["actions"]
     (refused,) = [x for x in actions if x["component"] == victim.component_name]
     assert refused["action"] == "registration-failed" and refused["status"] == 424
     listed = httpx.get(f"{platform.endpoint}/_local/components").json()["components"]
     (comp,) = [c for c in listed if c["name"] == victim.component_name]
     assert comp["status"] == "InService" and "rejected" in comp["registration"]
     body = request_body(victim.profile.instruction, "pt 50yo m", 4)
-    answer = httpx.post(f"{platform.gateway}/v1/adapters/{victim.name}/generate", json=body,
-                        timeout=60).json()  # fmt: skip
+    answer = httpx.post(
+        f"{platform.gateway}/v1/adapters/{victim.name}/generate", json=body, timeout=60
+    ).json()
     assert answer["served_by"] == victim.component_name  # the previous artifact still serves
-    restored = httpx.put(f"{platform.endpoint}/_local/components",
-                         json={"adapters": [{"component": c, "artifact": a}
-                                            for c, a in good.items()]}, timeout=120).json()  # fmt: skip
+    restored = httpx.put(
+        f"{platform.endpoint}/_local/components",
+        json={"adapters": [{"component": c, "artifact": a} for c, a in good.items()]},
+        timeout=120,
+    ).json()
     assert {x["action"] for x in restored["actions"]} <= {"unchanged", "updated"}

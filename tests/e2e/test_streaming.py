@@ -16,8 +16,11 @@ from tests.e2e.test_platform import _deployment
 
 pytestmark = pytest.mark.e2e
 # Sampled with a seed: long and reproducible (the small test base rarely ends early).
-LONG = {"inputs": "pt 45yo m c/o sob", "stream": True,
-        "parameters": {"max_new_tokens": 600, "do_sample": True, "temperature": 1.0, "seed": 7}}  # fmt: skip
+LONG = {
+    "inputs": "pt 45yo m c/o sob",
+    "stream": True,
+    "parameters": {"max_new_tokens": 600, "do_sample": True, "temperature": 1.0, "seed": 7},
+}
 
 
 def _events(resp: httpx.Response):
@@ -39,8 +42,9 @@ def _cancelled(platform) -> float:
 def test_events_arrive_before_the_generation_ends(platform) -> None:
     adapter = _deployment(platform).adapters[0]
     body = {**LONG, "parameters": {**LONG["parameters"], "max_new_tokens": 120}}
-    with httpx.stream("POST", f"{platform.gateway}/v1/adapters/{adapter.name}/generate",
-                      json=body, timeout=120) as resp:  # fmt: skip
+    with httpx.stream(
+        "POST", f"{platform.gateway}/v1/adapters/{adapter.name}/generate", json=body, timeout=120
+    ) as resp:
         assert resp.status_code == 200, resp.read()
         events = list(_events(resp))
     tokens = [e for e in events if e[0] == "token"]
@@ -54,8 +58,9 @@ def test_events_arrive_before_the_generation_ends(platform) -> None:
 def test_a_client_that_goes_away_stops_the_generation(platform) -> None:
     adapter = _deployment(platform).adapters[0]
     before = _cancelled(platform)
-    with httpx.stream("POST", f"{platform.gateway}/v1/adapters/{adapter.name}/generate",
-                      json=LONG, timeout=120) as resp:  # fmt: skip
+    with httpx.stream(
+        "POST", f"{platform.gateway}/v1/adapters/{adapter.name}/generate", json=LONG, timeout=120
+    ) as resp:
         assert resp.status_code == 200
         next(e for e in _events(resp) if e[0] == "token")
     # Leaving the block closed the connection: the model server must drop the row.
@@ -73,14 +78,21 @@ def client(platform) -> openai.OpenAI:
 def test_the_openai_client_streams_a_chat(client, platform) -> None:
     adapter = _deployment(platform).adapters[0]
     # Sampled with a seed: never cached, and the same text however it is delivered.
-    ask = {"model": adapter.name, "messages": [{"role": "user", "content": "pt 45yo m c/o sob"}],
-           "max_tokens": 12, "temperature": 0.8, "seed": 21}  # fmt: skip
-    stream = client.chat.completions.create(**ask, stream=True,
-                                            stream_options={"include_usage": True})  # fmt: skip
+    ask = {
+        "model": adapter.name,
+        "messages": [{"role": "user", "content": "pt 45yo m c/o sob"}],
+        "max_tokens": 12,
+        "temperature": 0.8,
+        "seed": 21,
+    }
+    stream = client.chat.completions.create(
+        **ask, stream=True, stream_options={"include_usage": True}
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    finals = [c.choices[0].finish_reason for c in chunks
-              if c.choices and c.choices[0].finish_reason]  # fmt: skip
+    finals = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
     assert finals in (["stop"], ["length"])
     assert chunks[-1].usage is not None and 0 < chunks[-1].usage.completion_tokens <= 12
     assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) > 1
@@ -90,8 +102,12 @@ def test_the_openai_client_streams_a_chat(client, platform) -> None:
 
 def test_the_openai_client_streams_a_completion(client, platform) -> None:
     adapter = _deployment(platform).adapters[-1]
-    ask = {"model": adapter.name, "prompt": "Alamak, I forgot lah", "max_tokens": 8,
-           "temperature": 0}  # fmt: skip
+    ask = {
+        "model": adapter.name,
+        "prompt": "Alamak, I forgot lah",
+        "max_tokens": 8,
+        "temperature": 0,
+    }
     chunks = list(client.completions.create(**ask, stream=True))
     assert chunks and all(c.object == "text_completion" for c in chunks)
     assert chunks[-1].choices[0].finish_reason in ("stop", "length")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from config import environment_names
-from infra.snapshots import synth
+from ops.snapshots import synth
 
 
 @dataclass(frozen=True)
@@ -121,8 +121,12 @@ def _attribute(template: dict, logical_id: str, attribute: str, pseudo: dict[str
     raise AssertionError(f"cannot resolve GetAtt {logical_id}.{attribute} offline")
 
 
-def resolve(value, pseudo: dict[str, str] = PSEUDO, templates: dict[str, dict] | None = None,
-            template: dict | None = None):  # fmt: skip
+def resolve(
+    value,
+    pseudo: dict[str, str] = PSEUDO,
+    templates: dict[str, dict] | None = None,
+    template: dict | None = None,
+):
     """A template value as CloudFormation would resolve it, for the intrinsics CDK writes into
     names and addresses (Ref of a pseudo parameter, Fn::Join, Fn::Select, Fn::Split, Fn::Sub,
     and, given the other stacks' ``templates``, Fn::ImportValue of an ECR repository's ARN)."""

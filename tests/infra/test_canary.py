@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from infra.adapters import shard_of
-from infra.replacements import check, render
+from ops.replacements import check, render
 from tests.infra.conftest import policy_arns, resolve, resources
 
 pytestmark = pytest.mark.synth

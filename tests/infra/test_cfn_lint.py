@@ -19,7 +19,14 @@ def test_cfn_lint_is_clean_on_every_environment(assemblies) -> None:
     assert {"dev", "staging", "prod"} <= set(assemblies)
     assert len(templates) >= 3 * 7
     lint = subprocess.run(
-        [str(Path(sys.executable).parent / "cfn-lint"), "--config-file", str(ROOT / ".cfnlintrc.yaml"), *templates],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            str(Path(sys.executable).parent / "cfn-lint"),
+            "--config-file",
+            str(ROOT / ".cfnlintrc.yaml"),
+            *templates,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert lint.returncode == 0, lint.stdout[-4000:]

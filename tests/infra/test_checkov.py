@@ -16,10 +16,22 @@ pytestmark = pytest.mark.synth
 
 def _run(outdir: Path) -> list[dict]:
     proc = subprocess.run(
-        [str(CHECKOV), "-d", str(outdir), "--framework", "cloudformation", "--quiet",
-         "-o", "json", "--skip-download"],
-        capture_output=True, text=True, check=False, timeout=900,
-    )  # fmt: skip
+        [
+            str(CHECKOV),
+            "-d",
+            str(outdir),
+            "--framework",
+            "cloudformation",
+            "--quiet",
+            "-o",
+            "json",
+            "--skip-download",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
     data = json.loads(proc.stdout)
     return data if isinstance(data, list) else [data]
 
@@ -28,8 +40,9 @@ def test_checkov_reports_no_failed_check(assemblies) -> None:
     assert CHECKOV.exists(), "make setup installs checkov into .venv-checkov"
     for a in assemblies.values():
         reports = _run(a.outdir)
-        failed = [(c["check_id"], c["resource"]) for r in reports
-                  for c in r["results"]["failed_checks"]]  # fmt: skip
+        failed = [
+            (c["check_id"], c["resource"]) for r in reports for c in r["results"]["failed_checks"]
+        ]
         assert not failed, f"{a.env}: {failed}"
         assert sum(r["summary"]["passed"] for r in reports) > 100
 

@@ -14,10 +14,14 @@ pytestmark = pytest.mark.synth
 def test_sagemaker_egress_reaches_s3_by_its_prefix_list_on_443(dev_templates) -> None:
     net = dev_templates["lora-dev-network"]
     groups = resources(net, "AWS::EC2::SecurityGroup")
-    (sm_id,) = [k for k, g in groups.items() if g["Properties"]["GroupDescription"] ==
-                "SageMaker endpoint"]  # fmt: skip
-    egress = [r["Properties"] for r in resources(net, "AWS::EC2::SecurityGroupEgress").values()
-              if r["Properties"]["GroupId"] == {"Fn::GetAtt": [sm_id, "GroupId"]}]  # fmt: skip
+    (sm_id,) = [
+        k for k, g in groups.items() if g["Properties"]["GroupDescription"] == "SageMaker endpoint"
+    ]
+    egress = [
+        r["Properties"]
+        for r in resources(net, "AWS::EC2::SecurityGroupEgress").values()
+        if r["Properties"]["GroupId"] == {"Fn::GetAtt": [sm_id, "GroupId"]}
+    ]
     to_s3 = [e for e in egress if "DestinationPrefixListId" in e]
     assert len(to_s3) == 1
     rule = to_s3[0]
@@ -40,12 +44,18 @@ def test_interface_endpoints_admit_only_the_router_and_sagemaker_groups(dev_temp
     """``add_interface_endpoint`` opens 443 to the whole VPC CIDR unless ``open=False``."""
     net = dev_templates["lora-dev-network"]
     groups = resources(net, "AWS::EC2::SecurityGroup")
-    (endpoints_id,) = [k for k, g in groups.items()
-                       if g["Properties"]["GroupDescription"] == "VPC interface endpoints"]  # fmt: skip
+    (endpoints_id,) = [
+        k
+        for k, g in groups.items()
+        if g["Properties"]["GroupDescription"] == "VPC interface endpoints"
+    ]
     inline = groups[endpoints_id]["Properties"].get("SecurityGroupIngress") or []
     assert not [r for r in inline if "CidrIp" in r], inline
-    ingress = [r["Properties"] for r in resources(net, "AWS::EC2::SecurityGroupIngress").values()
-               if r["Properties"]["GroupId"] == {"Fn::GetAtt": [endpoints_id, "GroupId"]}]  # fmt: skip
+    ingress = [
+        r["Properties"]
+        for r in resources(net, "AWS::EC2::SecurityGroupIngress").values()
+        if r["Properties"]["GroupId"] == {"Fn::GetAtt": [endpoints_id, "GroupId"]}
+    ]
     assert ingress and all("SourceSecurityGroupId" in r and "CidrIp" not in r for r in ingress)
     sources = {r["SourceSecurityGroupId"]["Fn::GetAtt"][0] for r in ingress}
     described = {groups[s]["Properties"]["GroupDescription"] for s in sources}
@@ -56,17 +66,26 @@ def test_the_s3_gateway_endpoint_reaches_only_the_model_buckets_and_ecr_layers(
     dev_templates,
 ) -> None:
     net = dev_templates["lora-dev-network"]
-    (gateway,) = [e["Properties"] for e in resources(net, "AWS::EC2::VPCEndpoint").values()
-                  if e["Properties"].get("VpcEndpointType", "Gateway") == "Gateway"]  # fmt: skip
+    (gateway,) = [
+        e["Properties"]
+        for e in resources(net, "AWS::EC2::VPCEndpoint").values()
+        if e["Properties"].get("VpcEndpointType", "Gateway") == "Gateway"
+    ]
     document = gateway["PolicyDocument"]
-    allowed = {resolve(r) for s in document["Statement"] for r in
-               (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])}  # fmt: skip
+    allowed = {
+        resolve(r)
+        for s in document["Statement"]
+        for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
+    }
     assert allowed == {
         "arn:aws:s3:::lora-dev-artifacts-123456789012-us-east-1",
         "arn:aws:s3:::lora-dev-artifacts-123456789012-us-east-1/*",
         # ECR's user guide: the layers' bucket, arn:aws:s3:::prod-region-starport-layer-bucket/*
         "arn:aws:s3:::prod-us-east-1-starport-layer-bucket/*",
     }
-    actions = {a for s in document["Statement"] for a in
-               ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}  # fmt: skip
+    actions = {
+        a
+        for s in document["Statement"]
+        for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    }
     assert actions == {"s3:GetObject", "s3:ListBucket"}

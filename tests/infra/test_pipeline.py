@@ -26,15 +26,21 @@ STACK = "lora-fleet-pipeline"
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("pipeline")
     cfg_file = tmp / "pipeline.yaml"
-    cfg_file.write_text(yaml.safe_dump({**yaml.safe_load(PIPELINE_PATH.read_text()),
-                                        "enabled": True}))  # fmt: skip
+    cfg_file.write_text(
+        yaml.safe_dump({**yaml.safe_load(PIPELINE_PATH.read_text()), "enabled": True})
+    )
     cfg = load_pipeline(cfg_file)
     nag.ACKNOWLEDGEMENTS.clear()
-    app = App(outdir=str(tmp / "cdk.out"),
-              context=json.loads((ROOT / "cdk.json").read_text())["context"])  # fmt: skip
-    PipelineStack(app, STACK, config=cfg,
-                  deployments={n: load_deployment(n) for n in cfg.stages},
-                  env=Environment(region=cfg.region))  # fmt: skip
+    app = App(
+        outdir=str(tmp / "cdk.out"), context=json.loads((ROOT / "cdk.json").read_text())["context"]
+    )
+    PipelineStack(
+        app,
+        STACK,
+        config=cfg,
+        deployments={n: load_deployment(n) for n in cfg.stages},
+        env=Environment(region=cfg.region),
+    )
     nag.add_nag_packs(app)
     assembly = app.synth()  # raises on any unacknowledged finding
     out = Path(assembly.directory)
@@ -51,8 +57,9 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def _stages(template: dict) -> list[dict]:
-    (pipeline,) = [r for r in template["Resources"].values()
-                   if r["Type"] == "AWS::CodePipeline::Pipeline"]  # fmt: skip
+    (pipeline,) = [
+        r for r in template["Resources"].values() if r["Type"] == "AWS::CodePipeline::Pipeline"
+    ]
     return pipeline["Properties"]["Stages"]
 
 
@@ -91,8 +98,11 @@ def test_every_stage_ends_with_a_smoke_step_through_its_router(synthesized) -> N
         assert smoke["RunOrder"] > max(a["RunOrder"] for a in deploys)
         spec = json.dumps(projects[smoke["Configuration"]["ProjectName"]["Ref"]])
         assert f"make smoke ENV={stage['Name']}" in spec
-    (role,) = [r for r in t["Resources"].values()
-               if r["Type"] == "AWS::IAM::Role" and r["Properties"].get("RoleName") == SMOKE_ROLE]  # fmt: skip
+    (role,) = [
+        r
+        for r in t["Resources"].values()
+        if r["Type"] == "AWS::IAM::Role" and r["Properties"].get("RoleName") == SMOKE_ROLE
+    ]
     assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
         "Service": "codebuild.amazonaws.com"
     }
@@ -100,8 +110,11 @@ def test_every_stage_ends_with_a_smoke_step_through_its_router(synthesized) -> N
 
 def test_the_synth_step_runs_the_ci_script(synthesized) -> None:
     t = synthesized["template"]
-    specs = [json.dumps(r["Properties"]["Source"]) for r in t["Resources"].values()
-             if r["Type"] == "AWS::CodeBuild::Project"]  # fmt: skip
+    specs = [
+        json.dumps(r["Properties"]["Source"])
+        for r in t["Resources"].values()
+        if r["Type"] == "AWS::CodeBuild::Project"
+    ]
     assert any("bash .ci/run" in s and "cdk synth -c pipeline=true" in s for s in specs)
 
 
@@ -121,8 +134,9 @@ def test_each_stage_releases_image_weights_and_adapters_between_stateful_and_ser
     synthesized,
 ) -> None:
     t = synthesized["template"]
-    projects = {lid: r for lid, r in t["Resources"].items()
-                if r["Type"] == "AWS::CodeBuild::Project"}  # fmt: skip
+    projects = {
+        lid: r for lid, r in t["Resources"].items() if r["Type"] == "AWS::CodeBuild::Project"
+    }
     for stage in _stages(t):
         name = stage["Name"]
         if name not in ("dev", "staging", "prod"):
@@ -143,33 +157,49 @@ def test_stages_deploy_the_environments_own_stack_names(synthesized) -> None:
     manifest = json.loads(
         (synthesized["out"] / f"assembly-{STACK}-prod" / "manifest.json").read_text()
     )
-    names = {a["properties"]["stackName"] for a in manifest["artifacts"].values()
-             if a["type"] == "aws:cloudformation:stack"}  # fmt: skip
+    names = {
+        a["properties"]["stackName"]
+        for a in manifest["artifacts"].values()
+        if a["type"] == "aws:cloudformation:stack"
+    }
     assert {"lora-prod-stateful", "lora-prod-serving", "lora-prod-router"} <= names
 
 
 def test_every_pipeline_acknowledgement_is_used(synthesized) -> None:
-    used = {(v["acknowledgedAt"], v["acknowledgedId"].split("::", 1)[1])
-            for r in synthesized["report"]["pluginReports"] for v in r["suppressedViolations"]}  # fmt: skip
+    used = {
+        (v["acknowledgedAt"], v["acknowledgedId"].split("::", 1)[1])
+        for r in synthesized["report"]["pluginReports"]
+        for v in r["suppressedViolations"]
+    }
     unused = set(synthesized["acknowledged"]) - used
     assert synthesized["acknowledged"] and not unused, unused
 
 
 def test_the_pipeline_template_passes_cfn_lint(synthesized) -> None:
     lint = subprocess.run(
-        [str(Path(sys.executable).parent / "cfn-lint"), "--config-file",
-         str(ROOT / ".cfnlintrc.yaml"), str(synthesized["out"] / f"{STACK}.template.json")],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            str(Path(sys.executable).parent / "cfn-lint"),
+            "--config-file",
+            str(ROOT / ".cfnlintrc.yaml"),
+            str(synthesized["out"] / f"{STACK}.template.json"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
 def test_the_pipeline_is_off_unless_the_file_enables_it(tmp_path: Path) -> None:
     context = json.loads((ROOT / "cdk.json").read_text())["context"] | {"pipeline": "true"}
     proc = subprocess.run(
-        [sys.executable, "app.py"], cwd=ROOT, capture_output=True, text=True, check=False,
+        [sys.executable, "app.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
         env={**os.environ, "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": str(tmp_path)},
-    )  # fmt: skip
+    )
     assert proc.returncode == 1 and "the pipeline is off" in proc.stderr
 
 
@@ -181,8 +211,11 @@ def test_the_account_stack_is_deployed_once_per_account_and_region(synthesized) 
         manifest = json.loads(
             (synthesized["out"] / f"assembly-{STACK}-{stage}" / "manifest.json").read_text()
         )
-        names = {a["properties"]["stackName"] for a in manifest["artifacts"].values()
-                 if a["type"] == "aws:cloudformation:stack"}  # fmt: skip
+        names = {
+            a["properties"]["stackName"]
+            for a in manifest["artifacts"].values()
+            if a["type"] == "aws:cloudformation:stack"
+        }
         if "lora-fleet-account" in names:
             holders.append(stage)
     assert holders == ["dev"]  # all three share the pipeline's account and region
@@ -199,8 +232,11 @@ def test_smoke_reads_the_router_url_from_the_stage_not_from_describe_stacks(synt
         variables = json.loads(resolve_join(smoke["Configuration"]["EnvironmentVariables"]))
         (url,) = [v for v in variables if v["name"] == "ROUTER_URL"]
         assert "RouterUrl" in url["value"]
-    smoke_policies = [r for r in t["Resources"].values() if r["Type"] == "AWS::IAM::Policy"
-                      and "SmokeRole" in json.dumps(r["Properties"]["Roles"])]  # fmt: skip
+    smoke_policies = [
+        r
+        for r in t["Resources"].values()
+        if r["Type"] == "AWS::IAM::Policy" and "SmokeRole" in json.dumps(r["Properties"]["Roles"])
+    ]
     assert smoke_policies
     assert "cloudformation:DescribeStacks" not in json.dumps(smoke_policies)
 

@@ -13,8 +13,10 @@ pytestmark = pytest.mark.synth
 
 def test_quotas_reach_the_router(synth_edited) -> None:
     def env(e: dict) -> None:
-        e.setdefault("router", {})["quota"] = {"requests_per_minute": 120,
-                                               "tokens_per_minute": 40000}  # fmt: skip
+        e.setdefault("router", {})["quota"] = {
+            "requests_per_minute": 120,
+            "tokens_per_minute": 40000,
+        }
 
     templates = synth_edited(environment=env)
     (fn,) = resources(templates["lora-dev-router"], "AWS::Lambda::Function").values()
@@ -77,8 +79,9 @@ def test_every_route_streams_through_the_web_adapter(dev_templates) -> None:
     assert float(variables["STREAM_DEADLINE_S"]) < router.timeout_s
     (layer,) = props["Layers"]
     arn = "".join(p if isinstance(p, str) else "<region>" for p in layer["Fn::Join"][1])
-    assert arn.endswith(f":753240598075:layer:LambdaAdapterLayerArm64:"
-                        f"{router.web_adapter_layer_version}")  # fmt: skip
+    assert arn.endswith(
+        f":753240598075:layer:LambdaAdapterLayerArm64:{router.web_adapter_layer_version}"
+    )
 
 
 def test_the_bundle_runs_the_web_app() -> None:
@@ -101,16 +104,22 @@ def test_streams_that_fail_after_their_200_are_alarmed(dev_templates) -> None:
     from lambda_proxy.telemetry import NAMESPACE, SERVICE
 
     alarms = resources(dev_templates["lora-dev-observability"], "AWS::CloudWatch::Alarm")
-    (stream,) = [a["Properties"] for a in alarms.values()
-                 if a["Properties"].get("MetricName") == "StreamServerError"]  # fmt: skip
+    (stream,) = [
+        a["Properties"]
+        for a in alarms.values()
+        if a["Properties"].get("MetricName") == "StreamServerError"
+    ]
     assert stream["Namespace"] == NAMESPACE
     assert stream["Dimensions"] == [{"Name": "service", "Value": SERVICE}]
     assert stream["AlarmActions"] and stream["Statistic"] == "Sum"
 
 
 def _router_statements(template: dict) -> list[dict]:
-    return [s for p in resources(template, "AWS::IAM::ManagedPolicy").values()
-            for s in p["Properties"]["PolicyDocument"]["Statement"]]  # fmt: skip
+    return [
+        s
+        for p in resources(template, "AWS::IAM::ManagedPolicy").values()
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
 
 
 def test_the_router_invokes_only_the_adapter_components(dev_templates) -> None:
@@ -123,8 +132,10 @@ def test_the_router_invokes_only_the_adapter_components(dev_templates) -> None:
     invoke = [s for s in statements if "sagemaker:InvokeEndpoint" in s["Action"]]
     arns = {resolve(r) for s in invoke for r in s["Resource"]}
     prefix = "arn:aws:sagemaker:us-east-1:123456789012:"
-    assert arns == {f"{prefix}endpoint/{dep.endpoint_name}",
-                    *(f"{prefix}inference-component/{a.component_name}" for a in dep.adapters)}  # fmt: skip
+    assert arns == {
+        f"{prefix}endpoint/{dep.endpoint_name}",
+        *(f"{prefix}inference-component/{a.component_name}" for a in dep.adapters),
+    }
     assert not any("*" in a or a.endswith(f"/{dep.base_component_name}") for a in arns)
 
 
@@ -146,7 +157,10 @@ def test_the_routers_vpc_permissions_match_awss_managed_policy(dev_templates) ->
     statements = _router_statements(dev_templates["lora-dev-router"])
     (vpc,) = [s for s in statements if s.get("Sid") == "VpcNetworkInterfaces"]
     assert set(vpc["Action"]) == {
-        "ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets",
-        "ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses",
+        "ec2:CreateNetworkInterface",
+        "ec2:DescribeNetworkInterfaces",
+        "ec2:DescribeSubnets",
+        "ec2:DeleteNetworkInterface",
+        "ec2:AssignPrivateIpAddresses",
         "ec2:UnassignPrivateIpAddresses",
-    }  # fmt: skip
+    }

@@ -87,8 +87,13 @@ def test_the_removed_lmi_engine_is_refused_saying_why() -> None:
 
     from config.schema import Environment
 
-    env = {"name": "x", "prefix": "x", "base": "qwen3-4b", "engine": "lmi",
-           "serving": {"instance_type": "ml.g5.xlarge"}}  # fmt: skip
+    env = {
+        "name": "x",
+        "prefix": "x",
+        "base": "qwen3-4b",
+        "engine": "lmi",
+        "serving": {"instance_type": "ml.g5.xlarge"},
+    }
     with pytest.raises(ValidationError, match="engine 'lmi' was removed"):
         Environment.model_validate(env)
 
@@ -132,8 +137,10 @@ def test_the_base_components_log_group_metrics_and_filters(dev_templates) -> Non
     group = component_log_group_name("lora-dev-base")
     assert group == "/aws/sagemaker/InferenceComponents/lora-dev-base"
     serving = dev_templates["lora-dev-serving"]
-    groups = {g["Properties"]["LogGroupName"]: g["Properties"]
-              for g in resources(serving, "AWS::Logs::LogGroup").values()}  # fmt: skip
+    groups = {
+        g["Properties"]["LogGroupName"]: g["Properties"]
+        for g in resources(serving, "AWS::Logs::LogGroup").values()
+    }
     assert group in groups
     for props in groups.values():
         assert "KmsKeyId" in props and props["RetentionInDays"] >= 30
@@ -155,11 +162,19 @@ def test_the_base_components_log_group_metrics_and_filters(dev_templates) -> Non
     assert any("Logs" in d for d in serving["Resources"][component].get("DependsOn", []))
 
 
-@pytest.mark.parametrize(("instance", "local"), [
-    ("ml.g5.xlarge", True), ("ml.g6e.12xlarge", True), ("ml.p4d.24xlarge", True),
-    ("ml.m5d.large", True), ("ml.c6gd.xlarge", True), ("ml.m5.xlarge", False),
-    ("ml.inf2.xlarge", False), ("ml.c7g.large", False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("instance", "local"),
+    [
+        ("ml.g5.xlarge", True),
+        ("ml.g6e.12xlarge", True),
+        ("ml.p4d.24xlarge", True),
+        ("ml.m5d.large", True),
+        ("ml.c6gd.xlarge", True),
+        ("ml.m5.xlarge", False),
+        ("ml.inf2.xlarge", False),
+        ("ml.c7g.large", False),
+    ],
+)
 def test_instances_with_nvme_storage_get_no_kms_key(instance, local) -> None:
     from infra.serving import has_local_storage
 
@@ -170,7 +185,7 @@ def test_the_model_server_deadline_outlasts_the_routers_longest(dev_templates, t
     """A stream the router reads for up to stream_deadline_s (120 s) must not be cut by the
     container's own request deadline (the runtime's default is 60 s), on SageMaker or here."""
     from config import load_deployment
-    from local.platform import router_environment, runtime_environment
+    from local.processes import router_environment, runtime_environment
 
     dep = load_deployment("dev")
     env = _model(dev_templates)["PrimaryContainer"]["Environment"]
@@ -219,9 +234,11 @@ def test_the_dashboards_log_metrics_read_events_the_runtime_writes(dev_templates
 
 
 def _role(templates: dict) -> dict:
-    (role,) = [r["Properties"] for lid, r in
-               resources(templates["lora-dev-serving"], "AWS::IAM::Role").items()
-               if "ExecutionRole" in lid]  # fmt: skip
+    (role,) = [
+        r["Properties"]
+        for lid, r in resources(templates["lora-dev-serving"], "AWS::IAM::Role").items()
+        if "ExecutionRole" in lid
+    ]
     return role
 
 
@@ -233,12 +250,16 @@ def test_the_execution_role_reads_its_rollback_alarms_and_creates_no_log_group(
     assert alarms["Action"] == "cloudwatch:DescribeAlarms"
     targets = {r["Fn::GetAtt"][0] for r in alarms["Resource"]}
     template = dev_templates["lora-dev-serving"]
-    (component,) = [r["Properties"] for r in
-                    resources(template, "AWS::SageMaker::InferenceComponent").values()]  # fmt: skip
+    (component,) = [
+        r["Properties"] for r in resources(template, "AWS::SageMaker::InferenceComponent").values()
+    ]
     rollback = component["DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]
     assert targets == {a["AlarmName"]["Ref"] for a in rollback}  # the same alarms
-    actions = {a for s in statements for a in
-               ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}  # fmt: skip
+    actions = {
+        a
+        for s in statements
+        for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    }
     assert "logs:CreateLogGroup" not in actions  # the stack creates the groups
 
 
@@ -264,7 +285,7 @@ def test_copy_scaling_uses_application_auto_scalings_service_linked_role(dev_tem
 
 
 #: What the local platform's runtime sets on top of the deployment's settings
-#: (local/platform.py ``_local_runtime``): its own work directory, the CPU build's KV cache in
+#: (local/processes.py ``_local_runtime``): its own work directory, the CPU build's KV cache in
 #: host memory, and the base's tokenizer hash from the builder's manifest where the catalog
 #: pins none.
 LOCAL_RUNTIME_ONLY = {"OPTION_WORK_DIR", "OPTION_CPU_KVCACHE_GIB", "BASE_TOKENIZER_SHA256"}
@@ -295,7 +316,7 @@ def test_the_local_platform_runs_the_environments_the_template_holds(
     local platform did not run the configuration it stands in for. Fed the same deployment, it
     must now write what the synthesized template holds, apart from the fields named above."""
     from config import load_deployment
-    from local.platform import merged_runtime_environment, router_environment, runtime_environment
+    from local.processes import merged_runtime_environment, router_environment, runtime_environment
 
     dep = load_deployment("dev")
     BaseManifest(model_id="local/base", tokenizer_sha256="0" * 64).dump(tmp_path)

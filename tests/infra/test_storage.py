@@ -42,8 +42,11 @@ def test_the_flow_log_bucket_policy_is_the_stacks_own(dev_templates) -> None:
     statements = [
         s for p in policies.values() for s in p["Properties"]["PolicyDocument"]["Statement"]
     ]
-    delivery = [s for s in statements
-                if s.get("Principal", {}).get("Service") == "delivery.logs.amazonaws.com"]  # fmt: skip
+    delivery = [
+        s
+        for s in statements
+        if s.get("Principal", {}).get("Service") == "delivery.logs.amazonaws.com"
+    ]
     actions = {
         a
         for s in delivery

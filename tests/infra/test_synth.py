@@ -85,19 +85,29 @@ def test_shard_assignment_depends_only_on_the_name() -> None:
 def test_bad_catalog_entry_fails_synth_with_its_name(tmp_path: Path) -> None:
     data = yaml.safe_load(CATALOG_PATH.read_text())
     bad = copy.deepcopy(data)
-    bad["adapters"].append({"name": "broken-one", "version": "1", "base": "qwen3-4b",
-                            "task": "sales_json", "rank": 999})  # fmt: skip
+    bad["adapters"].append(
+        {
+            "name": "broken-one",
+            "version": "1",
+            "base": "qwen3-4b",
+            "task": "sales_json",
+            "rank": 999,
+        }
+    )
     path = tmp_path / "adapters.yaml"
     path.write_text(yaml.safe_dump(bad))
     proc = subprocess.run(
         [sys.executable, "app.py"],
         cwd=ROOT,
-        env={**os.environ, "CDK_CONTEXT_JSON": f'{{"env": "dev", "catalog": "{path}"}}',
-             "CDK_OUTDIR": str(tmp_path / "out")},
+        env={
+            **os.environ,
+            "CDK_CONTEXT_JSON": f'{{"env": "dev", "catalog": "{path}"}}',
+            "CDK_OUTDIR": str(tmp_path / "out"),
+        },
         capture_output=True,
         text=True,
         check=False,
-    )  # fmt: skip
+    )
     assert proc.returncode == 1
     assert "adapter 'broken-one'" in proc.stderr and "field 'rank'" in proc.stderr
 

@@ -39,14 +39,29 @@ TABLE = {
     "base_component": "lora-test-base",
     "base_revision": "rev-1",
     "adapters": {
-        "medical": {"component": "lora-test-medical", "version": "1.0.0", "task": "medical_shorthand",
-                    "tenants": ["clinic-north"], "principals": []},
-        "public": {"component": "lora-test-public", "version": "2.0.0", "task": "style_transfer",
-                   "tenants": ["*"], "principals": []},
-        "by-arn": {"component": "lora-test-by-arn", "version": "1", "task": "sales_json",
-                   "tenants": [], "principals": ["arn:aws:iam::123456789012:role/intruder"]},
+        "medical": {
+            "component": "lora-test-medical",
+            "version": "1.0.0",
+            "task": "medical_shorthand",
+            "tenants": ["clinic-north"],
+            "principals": [],
+        },
+        "public": {
+            "component": "lora-test-public",
+            "version": "2.0.0",
+            "task": "style_transfer",
+            "tenants": ["*"],
+            "principals": [],
+        },
+        "by-arn": {
+            "component": "lora-test-by-arn",
+            "version": "1",
+            "task": "sales_json",
+            "tenants": [],
+            "principals": ["arn:aws:iam::123456789012:role/intruder"],
+        },
     },
-}  # fmt: skip
+}
 
 
 @dataclass
@@ -57,8 +72,12 @@ class Context:
     aws_request_id: str = "req-1"
 
 
-def event(method: str = "POST", path: str = "/v1/adapters/medical/generate", body: Any = None,
-          arn: str | None = ALLOWED_ROLE) -> dict[str, Any]:  # fmt: skip
+def event(
+    method: str = "POST",
+    path: str = "/v1/adapters/medical/generate",
+    body: Any = None,
+    arn: str | None = ALLOWED_ROLE,
+) -> dict[str, Any]:
     return {
         "resource": "/{proxy+}",
         "path": path,
@@ -87,20 +106,30 @@ def call(ev: dict[str, Any]) -> tuple[int, dict[str, Any]]:
 MEDICAL_ARTIFACT = {"name": "medical", "version": "1.0.0", "sha256": "0" * 64}
 
 
-def model_answer(text: str = "Patient has shortness of breath.",
-                 artifact: dict[str, Any] | None = MEDICAL_ARTIFACT) -> dict[str, Any]:  # fmt: skip
-    body = json.dumps({"generated_text": text, "finish_reason": "stop", "artifact": artifact,
-                       "usage": {"input_tokens": 5, "output_tokens": 6}}).encode()  # fmt: skip
+def model_answer(
+    text: str = "Patient has shortness of breath.",
+    artifact: dict[str, Any] | None = MEDICAL_ARTIFACT,
+) -> dict[str, Any]:
+    body = json.dumps(
+        {
+            "generated_text": text,
+            "finish_reason": "stop",
+            "artifact": artifact,
+            "usage": {"input_tokens": 5, "output_tokens": 6},
+        }
+    ).encode()
     return {"Body": StreamingBody(io.BytesIO(body), len(body)), "ContentType": "application/json"}
 
 
 @pytest.fixture
 def sagemaker():
     client = boto3.client(
-        "sagemaker-runtime", region_name="us-east-1",
+        "sagemaker-runtime",
+        region_name="us-east-1",
         config=Config(retries={"mode": "standard", "max_attempts": 1}),
-        aws_access_key_id="test", aws_secret_access_key="test",
-    )  # fmt: skip
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
     with Stubber(client) as stub:
         yield client, stub
         stub.assert_no_pending_responses()
@@ -117,8 +146,9 @@ def redis_client():
 def router(sagemaker, redis_client):
     client, stub = sagemaker
     cache = ResponseCache(redis_client, ttl_s=72 * 3600)
-    settings = RouterSettings(routing_table=TABLE, max_new_tokens_cap=256, max_stop_sequences=2,
-                              max_body_bytes=4096)  # fmt: skip
+    settings = RouterSettings(
+        routing_table=TABLE, max_new_tokens_cap=256, max_stop_sequences=2, max_body_bytes=4096
+    )
     service.configure(service.Dependencies(settings=settings, cache=cache, client=client))
     yield stub, cache
     service.configure(None)
@@ -138,9 +168,22 @@ def routed(cache: Any, client: Any, **changes: dict[str, Any]) -> dict[str, Any]
 def own_redis(tmp_path):
     """A Redis of our own that a test may kill mid-run."""
     port = free_port()
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                             "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
-                            stdout=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     client = redis.Redis(
         host="127.0.0.1", port=port, socket_timeout=0.25, socket_connect_timeout=0.25
     )

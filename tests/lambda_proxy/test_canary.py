@@ -22,13 +22,19 @@ class Components:
     """SageMaker runtime as the router calls it: answers per inference component, each as
     that component's adapter version would, and a component can be made to fail."""
 
-    def __init__(self, versions: dict[str, str], failing: frozenset[str] = frozenset(),
-                 error: dict[str, Any] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        versions: dict[str, str],
+        failing: frozenset[str] = frozenset(),
+        error: dict[str, Any] | None = None,
+    ) -> None:
         self.versions = versions
         self.failing = failing
         #: How a failing component fails (default: a container 500, as a ModelError).
-        self.error = error or {"Error": {"Code": "ModelError", "Message": "CUDA error"},
-                               "OriginalStatusCode": 500}  # fmt: skip
+        self.error = error or {
+            "Error": {"Code": "ModelError", "Message": "CUDA error"},
+            "OriginalStatusCode": 500,
+        }
         self.calls: collections.Counter[str] = collections.Counter()
 
     def invoke_endpoint(self, *, InferenceComponentName: str, Body: bytes, **_: Any) -> dict:  # noqa: N803 - boto3's names
@@ -229,12 +235,16 @@ def test_a_busy_canary_is_not_rolled_back(redis_client, canary_version) -> None:
     """503 (busy, not ready) is capacity the stable version shares: it never counts as the
     canary's failure; a ModelError (502) does."""
 
-    sm = Components({"lora-test-medical": "1.0.0", "lora-test-medical-canary": canary_version},
-                    frozenset({"lora-test-medical-canary"}),
-                    {"Error": {"Code": "ModelError", "Message": "busy"},
-                     "OriginalStatusCode": 503})  # fmt: skip
-    routed(ResponseCache(redis_client, ttl_s=60), sm,
-           medical={"canary": _canary(canary_version, weight=50), "cache": "off"})  # fmt: skip
+    sm = Components(
+        {"lora-test-medical": "1.0.0", "lora-test-medical-canary": canary_version},
+        frozenset({"lora-test-medical-canary"}),
+        {"Error": {"Code": "ModelError", "Message": "busy"}, "OriginalStatusCode": 503},
+    )
+    routed(
+        ResponseCache(redis_client, ttl_s=60),
+        sm,
+        medical={"canary": _canary(canary_version, weight=50), "cache": "off"},
+    )
     try:
         statuses = collections.Counter(_ask(f"b{i}", i)[0] for i in range(100))
         assert statuses == {200: 50, 503: 50}, statuses
@@ -254,7 +264,9 @@ def test_a_rolled_back_canary_stays_off_and_the_fallback_learns_it(
     c = Canary.of(_canary(canary_version, min_requests=2))
     assert c is not None
     assert [canaries.record("medical", c, failed=True).rolled_back for _ in range(2)] == [
-        False, True]  # fmt: skip
+        False,
+        True,
+    ]
     assert redis_client.ttl(f"lora:canary:v1:medical:{canary_version}:off") == -1
     assert not any(canaries.choose("medical", c, "tenant", f"k{i}") for i in range(20))
     canaries._skip_until = float("inf")  # Redis away: the fallback decides
@@ -278,9 +290,11 @@ def test_timeouts_and_sagemakers_own_failures_are_not_the_canarys() -> None:
 def test_a_lone_surrogate_in_the_openai_user_is_a_400_not_a_crash(redis_client) -> None:
     routed(ResponseCache(redis_client, ttl_s=60), Components({}), medical={})
     try:
-        ev = event(path="/v1/chat/completions",
-                   body='{"model": "medical", "user": "\\ud800", "messages": '
-                        '[{"role": "user", "content": "hi"}]}')  # fmt: skip
+        ev = event(
+            path="/v1/chat/completions",
+            body='{"model": "medical", "user": "\\ud800", "messages": '
+            '[{"role": "user", "content": "hi"}]}',
+        )
         status, body = call(ev)
         assert status == 400, body
         ev["body"] = ev["body"].replace("\\\\ud800", "ok")
@@ -296,12 +310,21 @@ def test_a_canary_component_not_there_yet_or_any_more_falls_back_to_stable(
     """A release deploys the canary's component and the router's table apart: while the
     table names a component SageMaker does not have (ValidationError), stable answers."""
 
-    sm = Components({"lora-test-medical": "1.0.0", "lora-test-medical-canary": canary_version},
-                    frozenset({"lora-test-medical-canary"}),
-                    {"Error": {"Code": "ValidationError",
-                               "Message": "Inference Component lora-test-medical-canary not found"}})  # fmt: skip
-    routed(ResponseCache(redis_client, ttl_s=60), sm,
-           medical={"canary": _canary(canary_version, weight=50), "cache": "off"})  # fmt: skip
+    sm = Components(
+        {"lora-test-medical": "1.0.0", "lora-test-medical-canary": canary_version},
+        frozenset({"lora-test-medical-canary"}),
+        {
+            "Error": {
+                "Code": "ValidationError",
+                "Message": "Inference Component lora-test-medical-canary not found",
+            }
+        },
+    )
+    routed(
+        ResponseCache(redis_client, ttl_s=60),
+        sm,
+        medical={"canary": _canary(canary_version, weight=50), "cache": "off"},
+    )
     try:
         answers = [_ask(f"v{i}", i) for i in range(20)]
         assert {(s, b["version"]) for s, b in answers} == {(200, "1.0.0")}

@@ -10,8 +10,9 @@ from lambda_proxy.client import SigV4Auth
 
 
 def test_requests_are_signed_for_execute_api_and_the_api_key_is_dropped() -> None:
-    session = boto3.Session(aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret",
-                            region_name="eu-west-1")  # fmt: skip
+    session = boto3.Session(
+        aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret", region_name="eu-west-1"
+    )
     seen = {}
 
     def app(request: httpx.Request) -> httpx.Response:
@@ -19,8 +20,11 @@ def test_requests_are_signed_for_execute_api_and_the_api_key_is_dropped() -> Non
         return httpx.Response(200, json={})
 
     client = httpx.Client(auth=SigV4Auth(session), transport=httpx.MockTransport(app))
-    client.post("https://abc.execute-api.eu-west-1.amazonaws.com/live/v1/chat/completions",
-                json={"model": "m"}, headers={"Authorization": "Bearer unused"})  # fmt: skip
+    client.post(
+        "https://abc.execute-api.eu-west-1.amazonaws.com/live/v1/chat/completions",
+        json={"model": "m"},
+        headers={"Authorization": "Bearer unused"},
+    )
     auth = seen["authorization"]
     assert auth.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
     assert "/eu-west-1/execute-api/aws4_request" in auth and "Bearer" not in auth

@@ -68,8 +68,13 @@ def test_sagemakers_words_are_logged_and_a_container_4xx_keeps_its_status(
     router, caplog, code, http, fields, status
 ) -> None:
     stub, _ = router
-    stub.add_client_error("invoke_endpoint", service_error_code=code, service_message=HOSTILE,
-                          http_status_code=http, modeled_fields=fields)  # fmt: skip
+    stub.add_client_error(
+        "invoke_endpoint",
+        service_error_code=code,
+        service_message=HOSTILE,
+        http_status_code=http,
+        modeled_fields=fields,
+    )
     got, out = call(event(body=_body()))
     assert got == status, out
     assert not LEAK.search(json.dumps(out)) and "prompt too long" not in out["error"]
@@ -83,8 +88,12 @@ def test_sagemakers_words_are_logged_and_a_container_4xx_keeps_its_status(
 
 def test_a_component_not_ready_says_when_to_retry(router) -> None:
     stub, _ = router
-    stub.add_client_error("invoke_endpoint", service_error_code="ModelNotReadyException",
-                          service_message=HOSTILE, http_status_code=429)  # fmt: skip
+    stub.add_client_error(
+        "invoke_endpoint",
+        service_error_code="ModelNotReadyException",
+        service_message=HOSTILE,
+        http_status_code=429,
+    )
     out = h.handler(event(body=_body()), Context())
     assert out["statusCode"] == 503
     headers = out.get("headers") or {k: v[0] for k, v in out["multiValueHeaders"].items()}
@@ -93,8 +102,12 @@ def test_a_component_not_ready_says_when_to_retry(router) -> None:
 
 def _container_413(_calls: int, _body: bytes) -> tuple[int, dict[str, str], bytes]:
     """SageMaker runtime's answer when the container said 413: a ModelError (424)."""
-    body = {"Message": HOSTILE, "OriginalStatusCode": 413, "OriginalMessage": HOSTILE,
-            "LogStreamArn": "arn:aws:logs:us-east-1:123456789012:x"}  # fmt: skip
+    body = {
+        "Message": HOSTILE,
+        "OriginalStatusCode": 413,
+        "OriginalMessage": HOSTILE,
+        "LogStreamArn": "arn:aws:logs:us-east-1:123456789012:x",
+    }
     return 424, {"x-amzn-ErrorType": "ModelError"}, json.dumps(body).encode()
 
 
@@ -113,8 +126,12 @@ def served_router(redis_client):
 
 
 def _context_headers() -> dict[str, str]:
-    context = {"requestId": f"r-{time.time_ns()}", "identity": {"userArn": ALLOWED_ROLE},
-               "accountId": "123456789012", "stage": "v1"}  # fmt: skip
+    context = {
+        "requestId": f"r-{time.time_ns()}",
+        "identity": {"userArn": ALLOWED_ROLE},
+        "accountId": "123456789012",
+        "stage": "v1",
+    }
     return {"x-amzn-request-context": json.dumps(context)}
 
 
@@ -122,11 +139,13 @@ def test_a_container_413_through_the_openai_client_is_one_invocation_and_a_413(
     served_router,
 ) -> None:
     url, endpoint = served_router
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=2,
-                           default_headers=_context_headers())  # fmt: skip
+    client = openai.OpenAI(
+        base_url=f"{url}/v1", api_key="unused", max_retries=2, default_headers=_context_headers()
+    )
     with pytest.raises(openai.APIStatusError) as raised:
-        client.chat.completions.create(model="medical", max_tokens=8,
-                                       messages=[{"role": "user", "content": "pt c/o sob"}])  # fmt: skip
+        client.chat.completions.create(
+            model="medical", max_tokens=8, messages=[{"role": "user", "content": "pt c/o sob"}]
+        )
     assert raised.value.status_code == 413
     assert endpoint.calls == 1  # the client did not retry, so the quota was charged once
     assert not LEAK.search(raised.value.response.text)
@@ -147,9 +166,13 @@ class NotReady:
     """A SageMaker client whose stream does not open: the component is still loading."""
 
     def invoke_endpoint_with_response_stream(self, **_: Any) -> dict[str, Any]:
-        raise ClientError({"Error": {"Code": "ModelNotReadyException", "Message": HOSTILE},
-                           "ResponseMetadata": {"HTTPStatusCode": 429}},
-                          "InvokeEndpointWithResponseStream")  # fmt: skip
+        raise ClientError(
+            {
+                "Error": {"Code": "ModelNotReadyException", "Message": HOSTILE},
+                "ResponseMetadata": {"HTTPStatusCode": 429},
+            },
+            "InvokeEndpointWithResponseStream",
+        )
 
 
 def test_a_stream_whose_component_is_not_ready_answers_503_with_retry_after(served_router) -> None:
@@ -185,10 +208,15 @@ def _configure(redis_client, client: Any, table: dict[str, Any] | None = None) -
 
 @pytest.mark.parametrize(
     "shape",
-    [{}, {"error": "CUDA out of memory at /opt/program/runtime/engine.py"}, [1, 2], "text",
-     {"generated_text": "half", "finish_reason": "abort"}, {"generated_text": None,
-                                                           "finish_reason": "stop"}],
-)  # fmt: skip
+    [
+        {},
+        {"error": "CUDA out of memory at /opt/program/runtime/engine.py"},
+        [1, 2],
+        "text",
+        {"generated_text": "half", "finish_reason": "abort"},
+        {"generated_text": None, "finish_reason": "stop"},
+    ],
+)
 def test_a_200_that_is_not_an_answer_is_a_502_and_never_cached(redis_client, shape) -> None:
     fake = Answers(shape, shape)
     _configure(redis_client, fake)
@@ -233,8 +261,11 @@ def test_a_streams_artifact_mismatch_is_counted_on_its_own_not_in_the_next_reque
     monkeypatch.setattr(streaming, "count_now", lambda name, *a, **k: counted.append(name))
     _configure(redis_client, Answers())
     prep = service.Prepared("public", "2.0.0", "c", {}, f"k-{uuid.uuid4().hex}", True)
-    stale = {"generated_text": "x", "finish_reason": "stop",
-             "artifact": {"name": "public", "version": "1.9.9"}}  # fmt: skip
+    stale = {
+        "generated_text": "x",
+        "finish_reason": "stop",
+        "artifact": {"name": "public", "version": "1.9.9"},
+    }
     service.remember(prep, "miss", stale, count=streaming.count_now)
     assert counted == ["ArtifactMismatch"]
     assert "ArtifactMismatch" not in telemetry.metrics.metric_set

@@ -112,12 +112,14 @@ def test_malformed_events(router, ev) -> None:
 
 messages = st.lists(
     st.fixed_dictionaries(
-        {"role": st.sampled_from(["user", "system", "assistant", "tool", "x"]),
-         "content": texts | json_values},
+        {
+            "role": st.sampled_from(["user", "system", "assistant", "tool", "x"]),
+            "content": texts | json_values,
+        },
         optional={"name": texts, "tool_calls": json_values, "x": json_values},
     ),
     max_size=3,
-)  # fmt: skip
+)
 
 openai_bodies = st.fixed_dictionaries(
     {"model": st.sampled_from(["medical", "public", "nope"]) | texts},

@@ -28,9 +28,14 @@ def _expect(stub, component: str = "lora-test-medical", answer=None) -> None:
     stub.add_response(
         "invoke_endpoint",
         answer or model_answer(),
-        {"EndpointName": "lora-test-endpoint", "InferenceComponentName": component,
-         "ContentType": "application/json", "Accept": "application/json", "Body": ANY},
-    )  # fmt: skip
+        {
+            "EndpointName": "lora-test-endpoint",
+            "InferenceComponentName": component,
+            "ContentType": "application/json",
+            "Accept": "application/json",
+            "Body": ANY,
+        },
+    )
 
 
 def test_allowed_caller_gets_the_model_answer_then_a_cache_hit(router) -> None:
@@ -123,8 +128,12 @@ def test_sagemaker_errors_map_to_clear_client_errors(router, code, http, status)
     stub, _ = router
     # Throttling is retried (SageMaker refused it before any container saw it); nothing else is.
     for _ in range(MAX_ATTEMPTS if code in RETRYABLE_CODES else 1):
-        stub.add_client_error("invoke_endpoint", service_error_code=code,
-                              service_message=f"detail of {code}", http_status_code=http)  # fmt: skip
+        stub.add_client_error(
+            "invoke_endpoint",
+            service_error_code=code,
+            service_message=f"detail of {code}",
+            http_status_code=http,
+        )
     got, out = call(event(body=_body()))
     assert got == status and out["code"] == code and out["request_id"]
     # SageMaker's and the container's own words are logged, never answered.
@@ -195,10 +204,14 @@ def test_cache_key_covers_adapter_version_and_base_revision() -> None:
 def test_an_operator_principal_may_call_every_adapter_and_no_one_else_gains(router) -> None:
     stub, _ = router
     settings = service.deps().settings
-    table = {**settings.routing_table,
-             "operators": ["arn:aws:iam::123456789012:role/intruder"]}  # fmt: skip
-    service.configure(service.Dependencies(settings=RouterSettings(routing_table=table),
-                               cache=service.deps().cache, client=service.deps().client))  # fmt: skip
+    table = {**settings.routing_table, "operators": ["arn:aws:iam::123456789012:role/intruder"]}
+    service.configure(
+        service.Dependencies(
+            settings=RouterSettings(routing_table=table),
+            cache=service.deps().cache,
+            client=service.deps().client,
+        )
+    )
     _expect(stub)
     status, out = call(event(body=_body(), arn=OTHER_ROLE))  # the role intruder's session
     assert status == 200, out
@@ -210,9 +223,10 @@ def test_an_operator_principal_may_call_every_adapter_and_no_one_else_gains(rout
 
 
 def _chat(**fields) -> dict:
-    return event(path="/v1/chat/completions",
-                 body={"model": "medical", "messages": [{"role": "user", "content": "x"}],
-                       **fields})  # fmt: skip
+    return event(
+        path="/v1/chat/completions",
+        body={"model": "medical", "messages": [{"role": "user", "content": "x"}], **fields},
+    )
 
 
 @pytest.mark.parametrize(
@@ -238,10 +252,12 @@ def test_text_that_does_not_encode_is_a_400_before_the_quota_is_charged(router, 
 
 @pytest.mark.parametrize(
     ("message", "field"),
-    [({"role": "user", "content": "x", "name": "bob"}, "name"),
-     ({"role": "assistant", "content": "x", "tool_calls": []}, "tool_calls"),
-     ({"role": "user", "content": "x", "anything": 1}, "anything")],
-)  # fmt: skip
+    [
+        ({"role": "user", "content": "x", "name": "bob"}, "name"),
+        ({"role": "assistant", "content": "x", "tool_calls": []}, "tool_calls"),
+        ({"role": "user", "content": "x", "anything": 1}, "anything"),
+    ],
+)
 def test_openai_message_fields_that_are_not_honoured_are_a_400_naming_them(
     router, message, field
 ) -> None:
@@ -259,10 +275,13 @@ def test_conflicting_openai_token_limits_are_refused(router) -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [{"inputs": "x", "stream": "true"}, {"inputs": "x", "stream": 1},
-     {"inputs": "x", "parameters": {"max_new_tokens": True}},
-     {"inputs": "x", "parameters": {"json_schema": {"type": "object", "maximum": float("nan")}}}],
-)  # fmt: skip
+    [
+        {"inputs": "x", "stream": "true"},
+        {"inputs": "x", "stream": 1},
+        {"inputs": "x", "parameters": {"max_new_tokens": True}},
+        {"inputs": "x", "parameters": {"json_schema": {"type": "object", "maximum": float("nan")}}},
+    ],
+)
 def test_loose_types_and_non_json_numbers_are_a_400(router, body) -> None:
     status, out = call(event(body=json.dumps(body)))
     assert status == 400, out

@@ -24,19 +24,30 @@ def _body(**params):
 
 
 def _expect(stub, component: str = "lora-test-medical", check=None) -> None:
-    expected = None if check is None else {
-        "EndpointName": "lora-test-endpoint", "InferenceComponentName": component,
-        "ContentType": "application/json", "Accept": "application/json", "Body": check}  # fmt: skip
+    expected = (
+        None
+        if check is None
+        else {
+            "EndpointName": "lora-test-endpoint",
+            "InferenceComponentName": component,
+            "ContentType": "application/json",
+            "Accept": "application/json",
+            "Body": check,
+        }
+    )
     name = component.removeprefix("lora-test-")
     version = TABLE["adapters"][name]["version"]
     artifact = {"name": name, "version": version, "sha256": "0" * 64}
     stub.add_response("invoke_endpoint", model_answer(artifact=artifact), expected)
 
 
-@pytest.mark.parametrize("arn", [
-    f"arn:aws:sts::{FOREIGN}:assumed-role/clinic-north/x",
-    f"arn:aws:iam::{FOREIGN}:user/clinic-north",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "arn",
+    [
+        f"arn:aws:sts::{FOREIGN}:assumed-role/clinic-north/x",
+        f"arn:aws:iam::{FOREIGN}:user/clinic-north",
+    ],
+)
 def test_the_same_role_or_user_name_in_another_account_is_someone_else(router, arn) -> None:
     status, out = call(event(body=_body(), arn=arn))
     assert status == 404 and out["error"] == "unknown adapter 'medical'"
@@ -150,11 +161,20 @@ def test_the_cap_bounds_the_default_number_of_new_tokens(router, sagemaker) -> N
         def __eq__(self, other) -> bool:
             return capture(other)
 
-    stub.add_response("invoke_endpoint", model_answer(), {
-        "EndpointName": "lora-test-endpoint", "InferenceComponentName": "lora-test-medical",
-        "ContentType": "application/json", "Accept": "application/json", "Body": Captured()})  # fmt: skip
-    status, _ = call(event(body={"inputs": "x", "parameters": {"do_sample": True,
-                                                               "temperature": 0.5}}))  # fmt: skip
+    stub.add_response(
+        "invoke_endpoint",
+        model_answer(),
+        {
+            "EndpointName": "lora-test-endpoint",
+            "InferenceComponentName": "lora-test-medical",
+            "ContentType": "application/json",
+            "Accept": "application/json",
+            "Body": Captured(),
+        },
+    )
+    status, _ = call(
+        event(body={"inputs": "x", "parameters": {"do_sample": True, "temperature": 0.5}})
+    )
     assert status == 200
     assert sent["parameters"]["max_new_tokens"] == 16
 
@@ -173,9 +193,14 @@ def test_an_answer_from_another_artifact_version_is_not_cached(router) -> None:
     assert call(event(body=body))[1]["cache"] == "hit"
 
 
-@pytest.mark.parametrize("params", [{"do_sample": True, "temperature": 5e-324},
-                                    {"repetition_penalty": 1e-300},
-                                    {"repetition_penalty": 10.5}])  # fmt: skip
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"do_sample": True, "temperature": 5e-324},
+        {"repetition_penalty": 1e-300},
+        {"repetition_penalty": 10.5},
+    ],
+)
 def test_sampling_parameters_outside_the_runtimes_bounds_are_a_400(router, params) -> None:
     status, out = call(event(body=_body(**params)))
     assert status == 400 and out["details"][0]["field"].startswith("parameters.")

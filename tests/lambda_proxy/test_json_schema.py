@@ -36,8 +36,11 @@ def recorder(redis_client):
     table["adapters"]["medical"]["json_schema"] = RECORD  # the catalog's default
     fake = Recorder()
     settings = RouterSettings(routing_table=table, max_new_tokens_cap=256, max_body_bytes=200_000)
-    service.configure(service.Dependencies(settings=settings, cache=ResponseCache(redis_client, 3600),
-                               client=fake))  # fmt: skip
+    service.configure(
+        service.Dependencies(
+            settings=settings, cache=ResponseCache(redis_client, 3600), client=fake
+        )
+    )
     yield fake
     service.configure(None)
 
@@ -74,8 +77,13 @@ def test_openai_response_format_maps_onto_the_schema(recorder) -> None:
     from lambda_proxy.openai_api import ChatRequest, _native
 
     def native(fmt: dict[str, Any] | None) -> dict[str, Any]:
-        req = ChatRequest.model_validate({"model": "medical", "response_format": fmt,
-                                          "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+        req = ChatRequest.model_validate(
+            {
+                "model": "medical",
+                "response_format": fmt,
+                "messages": [{"role": "user", "content": "hi"}],
+            }
+        )
         return _native(req, {"messages": [{"role": "user", "content": "hi"}]})["parameters"]
 
     js = {"type": "json_schema", "json_schema": {"name": "rec", "schema": OTHER, "strict": True}}

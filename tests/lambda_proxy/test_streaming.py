@@ -25,8 +25,9 @@ from tests.lambda_proxy.conftest import ALLOWED_ROLE, TABLE, model_answer
 class FakeEventStream:
     """What botocore returns for InvokeEndpointWithResponseStream: events, then the end."""
 
-    def __init__(self, lines: list[dict[str, Any]], delay: float, split: int = 7,
-                 first_delay: float = 0.0) -> None:  # fmt: skip
+    def __init__(
+        self, lines: list[dict[str, Any]], delay: float, split: int = 7, first_delay: float = 0.0
+    ) -> None:
         data = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
         # PayloadPart chunks cut lines anywhere, as the real stream may.
         self.chunks = [data[i : i + split] for i in range(0, len(data), split)]
@@ -53,14 +54,24 @@ class FakeSageMaker:
         self.requests: list[dict[str, Any]] = []
         self.answer: dict[str, Any] | None = None
 
-    def script(self, text: str, delay: float = 0.01, end: dict[str, Any] | None = None,
-               first_delay: float = 0.0) -> None:  # fmt: skip
+    def script(
+        self,
+        text: str,
+        delay: float = 0.01,
+        end: dict[str, Any] | None = None,
+        first_delay: float = 0.0,
+    ) -> None:
         """The container's lines for ``text``, then ``end`` (default: its final answer;
         ``{}`` for none at all)."""
         pieces = [text[i : i + 3] for i in range(0, len(text), 3)]
-        final = {"done": True, "generated_text": text, "adapter": "lora-test-medical",
-                 "finish_reason": "stop", "usage": {"input_tokens": 4, "output_tokens": len(pieces)},
-                 "artifact": {"name": "medical", "version": "1.0.0", "sha256": "0" * 64}}  # fmt: skip
+        final = {
+            "done": True,
+            "generated_text": text,
+            "adapter": "lora-test-medical",
+            "finish_reason": "stop",
+            "usage": {"input_tokens": 4, "output_tokens": len(pieces)},
+            "artifact": {"name": "medical", "version": "1.0.0", "sha256": "0" * 64},
+        }
         end = final if end is None else end
         lines = [{"token": p} for p in pieces] + ([end] if end else [])
         self.next = FakeEventStream(lines, delay, first_delay=first_delay)
@@ -77,8 +88,7 @@ class FakeSageMaker:
 
 def _configure(redis_client, **settings: Any) -> FakeSageMaker:
     fake = FakeSageMaker()
-    s = RouterSettings(routing_table=TABLE, max_new_tokens_cap=256, max_body_bytes=4096,
-                       **settings)  # fmt: skip
+    s = RouterSettings(routing_table=TABLE, max_new_tokens_cap=256, max_body_bytes=4096, **settings)
     cache = ResponseCache(redis_client, ttl_s=3600)
     service.configure(
         service.Dependencies(settings=s, cache=cache, client=fake, stream_client=fake)
@@ -99,11 +109,17 @@ def url() -> Iterator[str]:
 
 
 def _headers(arn: str = ALLOWED_ROLE) -> dict[str, str]:
-    context = {"requestId": f"r-{time.time_ns()}", "identity": {"userArn": arn},
-               "accountId": "123456789012", "resourcePath": "/v1/adapters/{adapter}/generate",
-               "stage": "v1"}  # fmt: skip
-    lambda_context = {"request_id": "lambda-1", "invoked_function_arn":
-                      "arn:aws:lambda:us-east-1:123456789012:function:router"}  # fmt: skip
+    context = {
+        "requestId": f"r-{time.time_ns()}",
+        "identity": {"userArn": arn},
+        "accountId": "123456789012",
+        "resourcePath": "/v1/adapters/{adapter}/generate",
+        "stage": "v1",
+    }
+    lambda_context = {
+        "request_id": "lambda-1",
+        "invoked_function_arn": "arn:aws:lambda:us-east-1:123456789012:function:router",
+    }
     return {
         "x-amzn-request-context": json.dumps(context),
         "x-amzn-lambda-context": json.dumps(lambda_context),
@@ -122,11 +138,15 @@ def _events(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def test_a_stream_arrives_event_by_event_before_the_generation_ends(url, sagemaker) -> None:
     sagemaker.script("Patient is a 45-year-old male.", delay=0.05)
-    body = {"inputs": "pt 45yo m", "stream": True, "parameters": {"temperature": 0.7,
-                                                                  "do_sample": True}}  # fmt: skip
+    body = {
+        "inputs": "pt 45yo m",
+        "stream": True,
+        "parameters": {"temperature": 0.7, "do_sample": True},
+    }
     t0 = time.perf_counter()
-    with httpx.stream("POST", f"{url}/v1/adapters/medical/generate", json=body,
-                      headers=_headers(), timeout=30) as resp:  # fmt: skip
+    with httpx.stream(
+        "POST", f"{url}/v1/adapters/medical/generate", json=body, headers=_headers(), timeout=30
+    ) as resp:
         assert resp.status_code == 200
         assert resp.headers["content-type"].startswith("text/event-stream")
         events = _events(resp.iter_lines())
@@ -149,11 +169,17 @@ def test_a_stream_arrives_event_by_event_before_the_generation_ends(url, sagemak
 
 def test_refusals_are_json_errors_before_any_stream(url, sagemaker) -> None:
     stream = {"inputs": "x", "stream": True}
-    forbidden = httpx.post(f"{url}/v1/adapters/medical/generate", json=stream,
-                           headers=_headers("arn:aws:sts::999999999999:assumed-role/x/y"))  # fmt: skip
+    forbidden = httpx.post(
+        f"{url}/v1/adapters/medical/generate",
+        json=stream,
+        headers=_headers("arn:aws:sts::999999999999:assumed-role/x/y"),
+    )
     assert forbidden.status_code == 404 and forbidden.json()["code"] == "UnknownAdapter"
-    bad = httpx.post(f"{url}/v1/adapters/medical/generate", headers=_headers(),
-                     json={**stream, "parameters": {"max_new_tokens": 100000}})  # fmt: skip
+    bad = httpx.post(
+        f"{url}/v1/adapters/medical/generate",
+        headers=_headers(),
+        json={**stream, "parameters": {"max_new_tokens": 100000}},
+    )
     assert bad.status_code == 400 and "max_new_tokens" in bad.text
     assert not sagemaker.requests, "a refused stream never reached SageMaker"
     no_context = httpx.post(f"{url}/v1/adapters/medical/generate", json=stream)
@@ -162,8 +188,13 @@ def test_refusals_are_json_errors_before_any_stream(url, sagemaker) -> None:
 
 def test_a_client_that_goes_away_closes_sagemakers_stream(url, sagemaker) -> None:
     sagemaker.script("x" * 600, delay=0.05)  # 200 pieces, 10 s if read to the end
-    with httpx.stream("POST", f"{url}/v1/adapters/medical/generate", headers=_headers(),
-                      json={"inputs": "pt", "stream": True}, timeout=30) as resp:  # fmt: skip
+    with httpx.stream(
+        "POST",
+        f"{url}/v1/adapters/medical/generate",
+        headers=_headers(),
+        json={"inputs": "pt", "stream": True},
+        timeout=30,
+    ) as resp:
         next(_events(resp.iter_lines()))
     stream = sagemaker.streams[-1]
     assert stream.closed.wait(5), "the router kept reading for a client that left"
@@ -176,20 +207,25 @@ def test_a_completed_deterministic_stream_is_cached_and_replayed(
     prompt = f"pt {time.time_ns()}"
     sagemaker.script("Patient.")
     body = {"inputs": prompt, "stream": True}
-    with httpx.stream("POST", f"{url}/v1/adapters/medical/generate", json=body,
-                      headers=_headers(), timeout=30) as resp:  # fmt: skip
+    with httpx.stream(
+        "POST", f"{url}/v1/adapters/medical/generate", json=body, headers=_headers(), timeout=30
+    ) as resp:
         first = list(_events(resp.iter_lines()))
     assert first[-1][1]["cache"] == "miss"
-    with httpx.stream("POST", f"{url}/v1/adapters/medical/generate", json=body,
-                      headers=_headers(), timeout=30) as resp:  # fmt: skip
+    with httpx.stream(
+        "POST", f"{url}/v1/adapters/medical/generate", json=body, headers=_headers(), timeout=30
+    ) as resp:
         again = list(_events(resp.iter_lines()))
     assert again[-1][1]["cache"] == "hit" and again[-1][1]["output"] == "Patient."
     assert len(sagemaker.streams) == 1, "the second answer came from the cache"
 
 
 def test_buffered_requests_reach_the_handler_unchanged(url, sagemaker) -> None:
-    r = httpx.post(f"{url}/v1/adapters/medical/generate", headers=_headers(),
-                   json={"inputs": f"pt 45yo m {time.time_ns()}"})  # fmt: skip
+    r = httpx.post(
+        f"{url}/v1/adapters/medical/generate",
+        headers=_headers(),
+        json={"inputs": f"pt 45yo m {time.time_ns()}"},
+    )
     assert r.status_code == 200, r.text
     assert r.json()["output"] == "buffered answer"
     assert r.headers["content-type"] == "application/json"
@@ -214,8 +250,7 @@ def test_a_forged_or_broken_request_context_is_refused(url, sagemaker, context) 
     headers = _headers()
     if context == "two":
         raw = [("x-amzn-request-context", headers["x-amzn-request-context"])] * 2
-        r = httpx.post(f"{url}/v1/adapters/medical/generate", json={"inputs": "x"},
-                       headers=raw)  # fmt: skip
+        r = httpx.post(f"{url}/v1/adapters/medical/generate", json={"inputs": "x"}, headers=raw)
         assert r.status_code == 403
         return
     headers["x-amzn-request-context"] = context
@@ -225,17 +260,22 @@ def test_a_forged_or_broken_request_context_is_refused(url, sagemaker, context) 
 
 
 def _stream(url: str, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    with httpx.stream("POST", f"{url}/v1/adapters/medical/generate", json=body,
-                      headers=_headers(), timeout=30) as resp:  # fmt: skip
+    with httpx.stream(
+        "POST", f"{url}/v1/adapters/medical/generate", json=body, headers=_headers(), timeout=30
+    ) as resp:
         return list(_events(resp.iter_lines()))
 
 
 @pytest.mark.parametrize(
     "end",
-    [{"error": "CUDA out of memory at /opt/program/runtime/engine.py", "status": 500}, {},
-     {"done": True}, {"done": True, "generated_text": "Patient is", "finish_reason": "abort"}],
+    [
+        {"error": "CUDA out of memory at /opt/program/runtime/engine.py", "status": 500},
+        {},
+        {"done": True},
+        {"done": True, "generated_text": "Patient is", "finish_reason": "abort"},
+    ],
     ids=["error-line", "cut-short", "done-without-text", "aborted"],
-)  # fmt: skip
+)
 def test_a_stream_that_fails_ends_with_an_error_event_and_is_not_cached(
     url, sagemaker, end, monkeypatch
 ) -> None:
@@ -271,19 +311,28 @@ def test_a_quiet_stream_sends_keep_alives(url, sagemaker, monkeypatch) -> None:
 
     monkeypatch.setattr(streaming, "KEEPALIVE_S", 0.05)
     sagemaker.script("Patient.", first_delay=0.5)  # the model is slow to start
-    with httpx.stream("POST", f"{url}/v1/adapters/medical/generate", headers=_headers(),
-                      json={"inputs": f"pt {time.time_ns()}", "stream": True}) as resp:  # fmt: skip
+    with httpx.stream(
+        "POST",
+        f"{url}/v1/adapters/medical/generate",
+        headers=_headers(),
+        json={"inputs": f"pt {time.time_ns()}", "stream": True},
+    ) as resp:
         lines = list(resp.iter_lines())
     assert ": keep-alive" in lines and lines.index(": keep-alive") < lines.index("event: token")
 
 
 def test_openai_chunks_end_with_done(url, sagemaker) -> None:
     sagemaker.script("Patient is well.")
-    body = {"model": "medical", "stream": True, "stream_options": {"include_usage": True},
-            "messages": [{"role": "user", "content": f"pt well {time.time_ns()}"}],
-            "temperature": 0}  # fmt: skip
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=_headers(),
-                      timeout=30) as resp:  # fmt: skip
+    body = {
+        "model": "medical",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": [{"role": "user", "content": f"pt well {time.time_ns()}"}],
+        "temperature": 0,
+    }
+    with httpx.stream(
+        "POST", f"{url}/v1/chat/completions", json=body, headers=_headers(), timeout=30
+    ) as resp:
         lines = [x[6:] for x in resp.iter_lines() if x.startswith("data: ")]
     assert lines[-1] == "[DONE]"
     chunks = [json.loads(x) for x in lines[:-1]]
@@ -311,17 +360,30 @@ def test_a_failed_canary_stream_counts_toward_its_rollback_and_keys_keep_their_v
     version = f"1.1.0-{uuid.uuid4().hex[:8]}"
     table = copy.deepcopy(TABLE)
     table["adapters"]["medical"]["canary"] = {
-        "component": "lora-test-medical-canary", "version": version, "weight": 50,
-        "max_error_rate": 0.05, "window_s": 60, "min_requests": 1}  # fmt: skip
+        "component": "lora-test-medical-canary",
+        "version": version,
+        "weight": 50,
+        "max_error_rate": 0.05,
+        "window_s": 60,
+        "min_requests": 1,
+    }
     fake = FakeSageMaker()
     s = RouterSettings(routing_table=table, max_new_tokens_cap=256, max_body_bytes=4096)
-    service.configure(service.Dependencies(settings=s, cache=ResponseCache(redis_client, ttl_s=60),
-                               client=fake, stream_client=fake))  # fmt: skip
+    service.configure(
+        service.Dependencies(
+            settings=s, cache=ResponseCache(redis_client, ttl_s=60), client=fake, stream_client=fake
+        )
+    )
 
     def stream(key: str) -> list[tuple[str, dict[str, Any]]]:
         body = {"inputs": f"pt {uuid.uuid4().hex}", "stream": True}
-        with httpx.stream("POST", f"{url}/v1/adapters/medical/generate", json=body,
-                          headers={**_headers(), "X-Session-Key": key}, timeout=30) as resp:  # fmt: skip
+        with httpx.stream(
+            "POST",
+            f"{url}/v1/adapters/medical/generate",
+            json=body,
+            headers={**_headers(), "X-Session-Key": key},
+            timeout=30,
+        ) as resp:
             return list(_events(resp.iter_lines()))
 
     try:
@@ -330,7 +392,9 @@ def test_a_failed_canary_stream_counts_toward_its_rollback_and_keys_keep_their_v
         fake.script("Patient is", end={})  # the second new key's stream is cut short
         assert stream("second")[-1][1]["status"] == 502
         assert [r["InferenceComponentName"] for r in fake.requests] == [
-            "lora-test-medical", "lora-test-medical-canary"]  # fmt: skip
+            "lora-test-medical",
+            "lora-test-medical-canary",
+        ]
         assert "CanaryRollback" in counted
         fake.script("Patient is fine.")
         kind, done = stream("second")[-1]  # rolled back: the stable version serves the key

@@ -22,8 +22,13 @@ def test_the_proxy_event_is_one_the_router_accepts_and_names_the_tenant() -> Non
     """What the gateway hands the router's web app, and the web app hands the handler."""
     path = "/v1/adapters/sales-json/generate"
     context = request_context("POST", path, "/v1/adapters/{adapter}/generate", "sales-ops")
-    scope = {"type": "http", "method": "POST", "path": path, "query_string": b"",
-             "headers": [(b"content-type", b"application/json")]}  # fmt: skip
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+    }
     event = proxy_event(Request(scope), context, '{"inputs": "x"}')
     assert _shape_error(event) is None
     assert event["resource"] == "/v1/adapters/{adapter}/generate" and event["path"] == path
@@ -65,11 +70,13 @@ def gateway(tmp_path, monkeypatch):
         monkeypatch.setenv(name, os.environ.get(name, ""))
     monkeypatch.setenv("MAX_NEW_TOKENS_CAP", "64")
     table = tmp_path / "routing_table.json"
-    table.write_text(json.dumps({"endpoint": "local-endpoint", "base_component": "local-base",
-                                 "adapters": {}}))  # fmt: skip
+    table.write_text(
+        json.dumps({"endpoint": "local-endpoint", "base_component": "local-base", "adapters": {}})
+    )
     endpoint = HttpEndpoint(_base_answer)
-    gw = LocalGateway(routing_table=table, endpoint_url=endpoint.url, runtime_url=endpoint.url,
-                      redis_url=None)  # fmt: skip
+    gw = LocalGateway(
+        routing_table=table, endpoint_url=endpoint.url, runtime_url=endpoint.url, redis_url=None
+    )
     with TestClient(create_app(gw), base_url="http://127.0.0.1:8000") as client:
         yield client, endpoint
     endpoint.close()
@@ -83,18 +90,23 @@ def test_the_base_answer_passes_the_routers_checks(gateway) -> None:
     assert ok.status_code == 200 and ok.json()["output"] == "base says"
     sent = json.loads(endpoint.bodies[-1])
     assert sent["parameters"]["max_new_tokens"] <= 64  # the cap applies
-    for body in ({"inputs": "hi", "parameters": {"max_new_tokens": 100_000}},
-                 {"inputs": "hi", "parameters": {"nope": 1}}, {"prompt": "hi"}):  # fmt: skip
+    for body in (
+        {"inputs": "hi", "parameters": {"max_new_tokens": 100_000}},
+        {"inputs": "hi", "parameters": {"nope": 1}},
+        {"prompt": "hi"},
+    ):
         r = client.post("/local/base/generate", json=body)
         assert r.status_code == 400, r.text
     assert endpoint.calls == 1  # none of them reached the base
-    r = client.post("/local/base/generate", json={"inputs": "hi"},
-                    headers={"X-Local-Tenant": "not a name"})  # fmt: skip
+    r = client.post(
+        "/local/base/generate", json={"inputs": "hi"}, headers={"X-Local-Tenant": "not a name"}
+    )
     assert r.status_code == 400
 
 
-@pytest.mark.parametrize("path", ["/local/base/generate", "/_local/reload",
-                                  "/v1/adapters/x/generate"])  # fmt: skip
+@pytest.mark.parametrize(
+    "path", ["/local/base/generate", "/_local/reload", "/v1/adapters/x/generate"]
+)
 def test_cross_origin_and_non_json_writes_are_refused(gateway, path) -> None:
     client, endpoint = gateway
     body = json.dumps({"inputs": "hi"})
@@ -102,11 +114,17 @@ def test_cross_origin_and_non_json_writes_are_refused(gateway, path) -> None:
     assert plain.status_code == 415
     form = client.post(path, data={"inputs": "hi"})
     assert form.status_code == 415
-    foreign = client.post(path, content=body, headers={"Content-Type": "application/json",
-                                                       "Origin": "https://evil.example"})  # fmt: skip
+    foreign = client.post(
+        path,
+        content=body,
+        headers={"Content-Type": "application/json", "Origin": "https://evil.example"},
+    )
     assert foreign.status_code == 403
-    fetch = client.post(path, content=body, headers={"Content-Type": "application/json",
-                                                     "Sec-Fetch-Site": "cross-site"})  # fmt: skip
+    fetch = client.post(
+        path,
+        content=body,
+        headers={"Content-Type": "application/json", "Sec-Fetch-Site": "cross-site"},
+    )
     assert fetch.status_code == 403
     assert not endpoint.calls
     own = client.post("/_local/reload", json={}, headers={"Origin": "http://127.0.0.1:8000"})

@@ -12,7 +12,8 @@ import pytest
 
 from contracts.manifests import AdapterManifest, BaseManifest, BaseRef
 from local import trainer
-from local.platform import Options, plan_adapters
+from local.artifacts import plan_adapters
+from local.options import Options
 
 
 def _manifest(publishable: bool) -> AdapterManifest:
@@ -25,18 +26,24 @@ BASE = BaseManifest(model_id="local/base", tokenizer_sha256="0" * 64)
 
 
 def _verdict(publishable: bool) -> dict:
-    return {"metric": "chrf", "publishable": publishable, "beats_base": publishable,
-            "failures": [] if publishable else ["faithfulness 0.500 is below 0.8"],
-            "adapter": {"score": 50.0}, "base": {"score": 10.0},
-            "bootstrap": {"ci_low": 20.0 if publishable else -1.0}}  # fmt: skip
+    return {
+        "metric": "chrf",
+        "publishable": publishable,
+        "beats_base": publishable,
+        "failures": [] if publishable else ["faithfulness 0.500 is below 0.8"],
+        "adapter": {"score": 50.0},
+        "base": {"score": 10.0},
+        "bootstrap": {"ci_low": 20.0 if publishable else -1.0},
+    }
 
 
 @pytest.fixture
 def opts(tmp_path: Path) -> Options:
     state = tmp_path / "state"
     state.mkdir()
-    return Options(env="local-quick", state_dir=state, artifacts=tmp_path / "artifacts",
-                   log=lambda _m: None)  # fmt: skip
+    return Options(
+        env="local-quick", state_dir=state, artifacts=tmp_path / "artifacts", log=lambda _m: None
+    )
 
 
 @pytest.fixture
@@ -63,14 +70,21 @@ def test_adapters_train_in_order_and_only_publishable_ones_come_online(
     offline = trainer.run(opts, names, declare=lambda: declared.append("x"), log=lambda _m: None)
     assert offline == 1 and len(declared) == 2, "declared after each publishable adapter only"
     first = seen_states[0]["adapters"]
-    assert first["sales-json"] == {"state": "training", "started": first["sales-json"]["started"],
-                                   "step": 10, "steps": 20}  # fmt: skip
+    assert first["sales-json"] == {
+        "state": "training",
+        "started": first["sales-json"]["started"],
+        "step": 10,
+        "steps": 20,
+    }
     assert first["style-formal"] == {"state": "queued"}
     final = trainer.read_status(opts.state_dir)
     assert final["finished"] is not None
     states = {n: a["state"] for n, a in final["adapters"].items()}
-    assert states == {"sales-json": "online", "style-formal": "not publishable",
-                      "pii-redaction": "online"}  # fmt: skip
+    assert states == {
+        "sales-json": "online",
+        "style-formal": "not publishable",
+        "pii-redaction": "online",
+    }
     assert "faithfulness" in final["adapters"]["style-formal"]["detail"]
 
 
@@ -84,8 +98,12 @@ def test_a_failing_training_is_reported_and_the_rest_go_on(
 
     monkeypatch.setattr("training.train.train", fake_train)
     declared = []
-    trainer.run(opts, ["sales-json", "pii-redaction"], declare=lambda: declared.append(1),
-                log=lambda _m: None)  # fmt: skip
+    trainer.run(
+        opts,
+        ["sales-json", "pii-redaction"],
+        declare=lambda: declared.append(1),
+        log=lambda _m: None,
+    )
     final = trainer.read_status(opts.state_dir)["adapters"]
     assert (
         final["sales-json"]["state"] == "failed"
@@ -104,8 +122,12 @@ def test_the_plan_holds_back_a_cached_adapter_that_failed_its_gate(opts, monkeyp
         (out / f"{a.name}.tar.gz").write_bytes(b"x")
         publishable = a is dep.adapters[0]
         _manifest(publishable).dump(out / a.name)
-    monkeypatch.setattr("local.platform.cached_adapter", lambda dep, name, *a: (
-        None if name in {x.name for x in dep.adapters[:2]} else "no artifact yet"))  # fmt: skip
+    monkeypatch.setattr(
+        "local.artifacts.cached_adapter",
+        lambda dep, name, *a: (
+            None if name in {x.name for x in dep.adapters[:2]} else "no artifact yet"
+        ),
+    )
     plan = plan_adapters(dep, opts, base_manifest=BASE)
     assert list(plan.ready) == [dep.adapters[0].name]
     assert list(plan.held) == [dep.adapters[1].name] and "below" in plan.held[dep.adapters[1].name]
@@ -160,8 +182,10 @@ def test_entries_added_while_the_trainer_runs_are_trained_when_its_queue_ends(
         return SimpleNamespace(manifest=_manifest(True), seconds=1.0)
 
     monkeypatch.setattr("training.train.train", fake_train)
-    monkeypatch.setattr("local.platform.cached_adapter", lambda dep, name, *a: (
-        None if name in trained else "no artifact yet"))  # fmt: skip
+    monkeypatch.setattr(
+        "local.artifacts.cached_adapter",
+        lambda dep, name, *a: None if name in trained else "no artifact yet",
+    )
     offline = trainer.run(opts, [first], declare=lambda: None, log=lambda _m: None)
     assert trained == [first, *rest] and offline == 1
     states = {n: a["state"] for n, a in trainer.read_status(opts.state_dir)["adapters"].items()}

@@ -107,10 +107,22 @@ def start_server(model_dir: Path, workdir: Path, **options: str) -> Server:
     env = {**os.environ, "OPTION_WORK_DIR": str(workdir / "work"), **options}
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime", "serve", "--model-dir", str(model_dir),
-             "--host", "127.0.0.1", "--port", str(port)],
-            stdout=out, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "runtime",
+                "serve",
+                "--model-dir",
+                str(model_dir),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     srv = Server(f"http://127.0.0.1:{port}", proc, log)
     t0 = time.time()
     deadline = t0 + 300

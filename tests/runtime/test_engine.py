@@ -23,9 +23,14 @@ def _text(server, prompt: str, adapter: str | None = None, **params) -> str:
     return r.json()["generated_text"]
 
 
-@pytest.mark.parametrize("params", [{"temperature": 5e-324, "do_sample": True},
-                                    {"repetition_penalty": 1e-300},
-                                    {"repetition_penalty": 11.0}])  # fmt: skip
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"temperature": 5e-324, "do_sample": True},
+        {"repetition_penalty": 1e-300},
+        {"repetition_penalty": 11.0},
+    ],
+)
 def test_out_of_range_sampling_parameters_are_a_400(server, params) -> None:
     r = server.invoke(inputs="hello", parameters={"max_new_tokens": 2, **params})
     assert r.status_code == 400, r.text
@@ -117,12 +122,30 @@ def test_the_deadline_aborts_the_request_with_504(tiny_base) -> None:
 def test_the_sampling_parameters_vllm_gets(tiny_base) -> None:
     engine = Engine(RuntimeSettings(model_dir=tiny_base))
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
-    greedy = engine.sampling_params(GenRequest(None, [1], GenParams(
-        max_new_tokens=9, min_new_tokens=2, temperature=0.7, top_k=5, stop=("x",),
-        json_schema=schema)))  # fmt: skip
+    greedy = engine.sampling_params(
+        GenRequest(
+            None,
+            [1],
+            GenParams(
+                max_new_tokens=9,
+                min_new_tokens=2,
+                temperature=0.7,
+                top_k=5,
+                stop=("x",),
+                json_schema=schema,
+            ),
+        )
+    )
     assert (greedy.max_tokens, greedy.min_tokens, greedy.temperature) == (9, 2, 0.0)
     assert greedy.stop == ["x"] and greedy.structured_outputs.json == schema
-    sampled = engine.sampling_params(GenRequest(None, [1], GenParams(
-        do_sample=True, temperature=0.7, top_p=0.9, top_k=5, seed=3, repetition_penalty=1.2)))  # fmt: skip
+    sampled = engine.sampling_params(
+        GenRequest(
+            None,
+            [1],
+            GenParams(
+                do_sample=True, temperature=0.7, top_p=0.9, top_k=5, seed=3, repetition_penalty=1.2
+            ),
+        )
+    )
     assert (sampled.temperature, sampled.top_p, sampled.top_k, sampled.seed) == (0.7, 0.9, 5, 3)
     assert sampled.repetition_penalty == 1.2 and sampled.structured_outputs is None

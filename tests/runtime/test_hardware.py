@@ -19,8 +19,11 @@ def test_accelerators_without_cuda_refuse_to_start(tiny_base: Path, tmp_path: Pa
     env = {**os.environ, "NVIDIA_VISIBLE_DEVICES": "0", "OPTION_WORK_DIR": str(tmp_path)}
     proc = subprocess.run(
         [sys.executable, "-m", "runtime", "serve", "--model-dir", str(tiny_base), "--port", "0"],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert "CUDA is unavailable" in out and "InferenceAmiVersion" in out, out[-2000:]

@@ -84,8 +84,11 @@ def test_a_request_is_tokenized_for_the_record_that_serves_it(tmp_path) -> None:
     engine = _SwappingEngine(tmp_path)
     app = server.create_app(engine, start_engine=False)  # type: ignore[arg-type]
     with TestClient(app) as client:
-        r = client.post("/invocations", json={"inputs": "pt c/o sob"},
-                        headers={server.ADAPTER_HEADER: "medical"})  # fmt: skip
+        r = client.post(
+            "/invocations",
+            json={"inputs": "pt c/o sob"},
+            headers={server.ADAPTER_HEADER: "medical"},
+        )
     assert r.status_code == 429
     assert engine.prompts == ["old prompt", "new prompt"]
     assert engine.admitted_with == [engine.new]

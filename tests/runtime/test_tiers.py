@@ -27,8 +27,9 @@ def test_a_pin_stays_in_the_host_tier_and_never_takes_its_last_place(server, ada
     assert pinned["pinned"] and pinned["tier"] == "host"
     before = _listing(server)
     # Two host places (OPTION_MAX_CPU_LORAS=2): a second pin would leave none for the rest.
-    r = server.client.post("/adapters", json={"name": "pin-b", "src": str(adapters["mlp-r8"]),
-                                              "pin": True})  # fmt: skip
+    r = server.client.post(
+        "/adapters", json={"name": "pin-b", "src": str(adapters["mlp-r8"]), "pin": True}
+    )
     assert r.status_code == 409 and "one stays unpinned" in r.json()["error"], r.text
     assert _listing(server) == before
     # ... so unpinned adapters still answer (vLLM evicts the pinned one to load them), and the
@@ -71,9 +72,15 @@ def test_an_update_keeps_running_requests_on_the_old_version(server, adapters, t
     for d, version in ((v1, "1"), (v2, "2")):
         base = json.loads((d / "adapter_config.json").read_text())["base_model_name_or_path"]
         local = json.loads((Path(base) / "base_manifest.json").read_text())
-        (d / "manifest.json").write_text(json.dumps({
-            "name": "upd", "version": version,
-            "base": {"model_id": local["model_id"], "revision": local["revision"]}}))  # fmt: skip
+        (d / "manifest.json").write_text(
+            json.dumps(
+                {
+                    "name": "upd",
+                    "version": version,
+                    "base": {"model_id": local["model_id"], "revision": local["revision"]},
+                }
+            )
+        )
     prompt = {"inputs": "pt 45yo m c/o sob and cp", "parameters": {"max_new_tokens": 8}}
     _register(server, "upd", v2)
     v2_text = server.invoke("upd", **prompt).json()["generated_text"]

@@ -132,12 +132,17 @@ def test_the_pretrained_base_is_what_the_catalog_says(smollm2: Path) -> None:
     arch = entry.architecture
     assert config.model_type == "llama"
     assert (config.hidden_size, config.intermediate_size, config.num_hidden_layers) == (
-        arch.hidden_size, arch.intermediate_size, arch.num_hidden_layers)  # fmt: skip
+        arch.hidden_size,
+        arch.intermediate_size,
+        arch.num_hidden_layers,
+    )
     assert manifest["parameters"] == arch.parameters
     tok = AutoTokenizer.from_pretrained(smollm2)
-    text = tok.apply_chat_template([{"role": "system", "content": "S"},
-                                    {"role": "user", "content": "U"}],
-                                   add_generation_prompt=True, tokenize=False)  # fmt: skip
+    text = tok.apply_chat_template(
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
     assert text.endswith("<|im_start|>assistant\n")
 
 
@@ -146,8 +151,10 @@ def test_the_runtime_serves_the_llama_base_with_an_adapter(smollm2: Path, tmp_pa
     on it gives through the server (vLLM's CPU build) what it gives in PEFT."""
     from tests.runtime.conftest import start_server, stop_server
 
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(smollm2),
-                           LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "down_proj"]))  # fmt: skip
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(smollm2),
+        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "down_proj"]),
+    )
     for name, p in model.named_parameters():
         if "lora_B" in name:
             torch.nn.init.normal_(p, std=0.05)
@@ -159,13 +166,21 @@ def test_the_runtime_serves_the_llama_base_with_an_adapter(smollm2: Path, tmp_pa
         expected = model.generate(**ids, max_new_tokens=6, do_sample=False)[
             0, ids["input_ids"].shape[1] :
         ]
-    server = start_server(smollm2, tmp_path, OPTION_MAX_INPUT_TOKENS="256",
-                          OPTION_MAX_NEW_TOKENS="64", OPTION_CPU_KVCACHE_GIB="1")  # fmt: skip
+    server = start_server(
+        smollm2,
+        tmp_path,
+        OPTION_MAX_INPUT_TOKENS="256",
+        OPTION_MAX_NEW_TOKENS="64",
+        OPTION_CPU_KVCACHE_GIB="1",
+    )
     try:
         r = server.client.post("/adapters", json={"name": "smol", "src": str(tmp_path / "adapter")})
         assert r.status_code == 200, r.text
-        out = server.invoke("smol", inputs=prompt, parameters={
-            "max_new_tokens": 6, "min_new_tokens": 6, "details": True}).json()  # fmt: skip
+        out = server.invoke(
+            "smol",
+            inputs=prompt,
+            parameters={"max_new_tokens": 6, "min_new_tokens": 6, "details": True},
+        ).json()
     finally:
         stop_server(server)
     assert out["token_ids"] == expected.tolist(), out

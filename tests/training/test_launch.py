@@ -53,8 +53,11 @@ def test_an_s3_dataset_is_checked_before_any_job_and_mounted_as_a_channel(
 
     uri = "s3://team-data/support/tickets.jsonl"
     real = AdapterEntry.dataset_file
-    monkeypatch.setattr(AdapterEntry, "dataset_file", property(
-        lambda self: uri if self.name == "support-triage" else real.fget(self)))  # fmt: skip
+    monkeypatch.setattr(
+        AdapterEntry,
+        "dataset_file",
+        property(lambda self: uri if self.name == "support-triage" else real.fget(self)),
+    )
     bad = tmp_path / "tickets.jsonl"
     bad.write_text('{"input": "hello"}\n')
     monkeypatch.setattr("training.datasets.fetch", lambda u: bad)

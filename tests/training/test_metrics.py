@@ -32,12 +32,15 @@ def test_placeholders_alone_do_not_score_as_a_redaction() -> None:
     assert only_tags < 0.5 and swapped < perfect
 
 
-@pytest.mark.parametrize("output", [
-    "Call Pei Shan back at [PHONE] about the refund.",      # a first name
-    "Call [NAME] back at 81234567 about the refund.",       # the phone in another format
-    "Call [NAME] back at 8123-4567 about the refund.",
-    "Call Ms Tan back at [PHONE] about the refund.",        # a family name
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "output",
+    [
+        "Call Pei Shan back at [PHONE] about the refund.",  # a first name
+        "Call [NAME] back at 81234567 about the refund.",  # the phone in another format
+        "Call [NAME] back at 8123-4567 about the refund.",
+        "Call Ms Tan back at [PHONE] about the refund.",  # a family name
+    ],
+)
 def test_partial_leaks_count_and_zero_the_example(output: str) -> None:
     leak, redaction = pii_example(output, LABEL, VALUES)
     assert leak > 0 and redaction == 0.0
@@ -82,8 +85,11 @@ def test_pii_scores_per_example_on_real_records() -> None:
 
 def test_bootstrap_needs_a_lower_bound_above_zero() -> None:
     noisy = [0.1, 0.9] * 32
-    assert paired_bootstrap(noisy, list(reversed(noisy)))["ci_low"] < 0 < paired_bootstrap(
-        noisy, list(reversed(noisy)))["ci_high"]  # fmt: skip
+    assert (
+        paired_bootstrap(noisy, list(reversed(noisy)))["ci_low"]
+        < 0
+        < paired_bootstrap(noisy, list(reversed(noisy)))["ci_high"]
+    )
     # A higher mean on a few examples is not a win: one lucky example of 64.
     lucky = [0.0] * 63 + [1.0]
     assert sum(lucky) > 0 and paired_bootstrap(lucky, [0.0] * 64)["ci_low"] <= 0
@@ -113,8 +119,12 @@ def test_a_record_without_facts_is_fully_faithful() -> None:
 
 # --- Baselines and scorers that a trivial answer cannot pass (issue 22) ---
 
-REWRITES = ("singlish_to_standard", "sentiment_neutralization", "style_transfer",
-            "medical_shorthand")  # fmt: skip
+REWRITES = (
+    "singlish_to_standard",
+    "sentiment_neutralization",
+    "style_transfer",
+    "medical_shorthand",
+)
 
 
 @pytest.mark.parametrize("task", REWRITES)

@@ -25,7 +25,7 @@ TOUR = ("medical-shorthand-r64", "medical-shorthand-r8", "pii-redaction")
 def _trained(dep) -> list[str]:
     """The tour's adapters whose archive was trained for this catalog entry and base and
     passed its gate (the tour serves no other)."""
-    from local.platform import cached_adapter
+    from training.reuse import cached_adapter
 
     base = ROOT / ".artifacts" / "base" / dep.base_key / "base_manifest.json"
     if not base.exists():
@@ -46,12 +46,14 @@ def test_the_tours_medical_and_pii_answers_keep_their_facts(tmp_path: Path) -> N
     names = _trained(dep)
     if not names:
         pytest.skip("no local medical or PII adapter here passed its gate (make up trains them)")
-    server = start_server(ROOT / ".artifacts" / "base" / dep.base_key, tmp_path,
-                          OPTION_CPU_KVCACHE_GIB="1")  # fmt: skip
+    server = start_server(
+        ROOT / ".artifacts" / "base" / dep.base_key, tmp_path, OPTION_CPU_KVCACHE_GIB="1"
+    )
     try:
         for name in names:
-            r = server.client.post("/adapters", json={"name": name,
-                                                      "src": str(ADAPTERS / f"{name}.tar.gz")})  # fmt: skip
+            r = server.client.post(
+                "/adapters", json={"name": name, "src": str(ADAPTERS / f"{name}.tar.gz")}
+            )
             assert r.status_code == 200, r.text
         for name in names:
             entry = dep.adapter(name).entry

@@ -24,8 +24,7 @@ ENV = "local-quick"  # the small Qwen3 base (local_base): training here takes se
 @pytest.fixture(scope="module")
 def trained(local_base: Path, tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("trained")
-    return train(NAME, env=ENV, base_dir=local_base, out_dir=out, max_steps=20,
-                 log=lambda _: None)  # fmt: skip
+    return train(NAME, env=ENV, base_dir=local_base, out_dir=out, max_steps=20, log=lambda _: None)
 
 
 def test_archive_has_the_files_at_its_root_and_hashes_verify(trained) -> None:
@@ -37,12 +36,22 @@ def test_archive_has_the_files_at_its_root_and_hashes_verify(trained) -> None:
     assert m["name"] == NAME and m["base"]["model_id"] == "local/qwen3-local"
     assert m["dataset"]["sha256"] and m["hyperparameters"]["rank"] == 8
     assert m["dataset"]["test"] >= 64 and m["dataset"]["validation"] >= 32
-    assert set(m["eval"]) >= {"metric", "base", "adapter", "beats_base", "publishable",
-                              "bootstrap", "failures"}  # fmt: skip
+    assert set(m["eval"]) >= {
+        "metric",
+        "base",
+        "adapter",
+        "beats_base",
+        "publishable",
+        "bootstrap",
+        "failures",
+    }
     assert m["eval"]["split"] == "test" and m["eval"]["examples"] == 64
     assert "pii_leak_rate" in m["eval"]["adapter"]
-    assert m["prompt"] == {"format": "chat", "system": m["hyperparameters"]["instruction"],
-                           "input_role": "user"}  # fmt: skip
+    assert m["prompt"] == {
+        "format": "chat",
+        "system": m["hyperparameters"]["instruction"],
+        "input_role": "user",
+    }
 
 
 def test_tampered_archive_fails_verification(trained, tmp_path) -> None:
@@ -157,27 +166,42 @@ def test_without_a_base_or_a_training_job_there_is_no_evidence(trained, monkeypa
 
 def _job(trained, **metrics) -> dict:
     ev = trained.manifest.eval
-    values = {"adapter_score": ev["adapter"]["score"], "base_score": ev["base"]["score"],
-              "ci_low": ev["bootstrap"]["ci_low"], "publishable": 1.0, **metrics}  # fmt: skip
-    return {"TrainingJobName": "lora-dev-pii-1", "TrainingJobStatus": "Completed",
-            "ModelArtifacts": {"S3ModelArtifacts": "s3://b/lora-dev-pii-1/output/model.tar.gz"},
-            "HyperParameters": {"adapter": NAME, "version": trained.manifest.version},
-            "FinalMetricDataList": [{"MetricName": f"gate:{k}", "Value": v}
-                                    for k, v in values.items()]}  # fmt: skip
+    values = {
+        "adapter_score": ev["adapter"]["score"],
+        "base_score": ev["base"]["score"],
+        "ci_low": ev["bootstrap"]["ci_low"],
+        "publishable": 1.0,
+        **metrics,
+    }
+    return {
+        "TrainingJobName": "lora-dev-pii-1",
+        "TrainingJobStatus": "Completed",
+        "ModelArtifacts": {"S3ModelArtifacts": "s3://b/lora-dev-pii-1/output/model.tar.gz"},
+        "HyperParameters": {"adapter": NAME, "version": trained.manifest.version},
+        "FinalMetricDataList": [{"MetricName": f"gate:{k}", "Value": v} for k, v in values.items()],
+    }
 
 
 def _as_job_output(trained, tmp_path: Path, ci_low: float = 0.25) -> Path:
     """The archive as a SageMaker job would have written it, with a passing verdict."""
-    ev = {**trained.manifest.eval, "publishable": True, "failures": [],
-          "bootstrap": {**trained.manifest.eval["bootstrap"], "ci_low": ci_low}}  # fmt: skip
+    ev = {
+        **trained.manifest.eval,
+        "publishable": True,
+        "failures": [],
+        "bootstrap": {**trained.manifest.eval["bootstrap"], "ci_low": ci_low},
+    }
     return _repack(trained, tmp_path, eval=ev, training={"job_name": "lora-dev-pii-1"})
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
-    [({"publishable": 0.0}, "not publishable"), ({"adapter_score": 0.999}, "not what training job"),
-     ({"TrainingJobStatus": "Failed"}, "is Failed"), ({"drop": "ci_low"}, "no gate metrics")],
-)  # fmt: skip
+    [
+        ({"publishable": 0.0}, "not publishable"),
+        ({"adapter_score": 0.999}, "not what training job"),
+        ({"TrainingJobStatus": "Failed"}, "is Failed"),
+        ({"drop": "ci_low"}, "no gate metrics"),
+    ],
+)
 def test_a_training_jobs_recorded_metrics_decide(
     trained, tmp_path, monkeypatch, change, message
 ) -> None:
@@ -187,8 +211,11 @@ def test_a_training_jobs_recorded_metrics_decide(
     if "TrainingJobStatus" in change:
         described.update(change)
     elif "drop" in change:
-        described["FinalMetricDataList"] = [m for m in described["FinalMetricDataList"]
-                                            if m["MetricName"] != f"gate:{change['drop']}"]  # fmt: skip
+        described["FinalMetricDataList"] = [
+            m
+            for m in described["FinalMetricDataList"]
+            if m["MetricName"] != f"gate:{change['drop']}"
+        ]
     else:
         described = _job(trained, ci_low=0.25, **change)
     wrote = _wrote(archive)
@@ -273,8 +300,13 @@ def test_publish_uploads_and_records_artifact_and_sha_in_the_catalog(
     catalog = tmp_path / "adapters.yaml"
     shutil.copy(CATALOG_PATH, catalog)
     s3 = FakeS3()
-    kw = {"bucket": "my-bucket", "s3": s3, "catalog": catalog,
-          "describe_job": lambda name, region: job, "job_archive": _wrote(archive)}  # fmt: skip
+    kw = {
+        "bucket": "my-bucket",
+        "s3": s3,
+        "catalog": catalog,
+        "describe_job": lambda name, region: job,
+        "job_archive": _wrote(archive),
+    }
     uri = publish(archive, NAME, ENV, **kw)
     assert uri == f"s3://my-bucket/adapters/{NAME}/1.0.0/adapter.tar.gz"
     assert s3.calls[0]["ServerSideEncryption"] == "aws:kms"

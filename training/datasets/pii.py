@@ -27,25 +27,101 @@ PLACEHOLDERS = {
     "id": "[ID]",
 }
 FIRST = (
-    "Alice", "Bryan", "Chen", "Divya", "Ethan", "Farah", "Gopal", "Hannah", "Ivan", "Jasmine",
-    "Kenji", "Lina", "Marcus", "Nurul", "Oscar", "Pei Shan", "Quentin", "Rosa", "Suresh",
-    "Tomas", "Umar", "Vera", "Wen Hui", "Xavier", "Yusuf", "Zara", "Amir", "Beatrice",
-    "Carlos", "Deepa", "Elena", "Faisal",
-)  # fmt: skip
-LAST = ("Tan", "Lim", "Wong", "Kumar", "Rahman", "Smith", "Garcia", "Ng", "Lee", "Ong",
-        "Chua", "Fernandez", "Nair", "Okafor", "Petrov", "Haddad", "Teo", "Yeo", "Novak",
-        "Silva")  # fmt: skip
-STREETS = ("Orchard Road", "Jalan Besar", "Bukit Timah Road", "Main Street", "Clementi Ave 3",
-           "Serangoon Road", "Elm Street", "Holland Drive", "Tampines Street 21",
-           "River Valley Road", "Oak Lane", "Sims Avenue")  # fmt: skip
+    "Alice",
+    "Bryan",
+    "Chen",
+    "Divya",
+    "Ethan",
+    "Farah",
+    "Gopal",
+    "Hannah",
+    "Ivan",
+    "Jasmine",
+    "Kenji",
+    "Lina",
+    "Marcus",
+    "Nurul",
+    "Oscar",
+    "Pei Shan",
+    "Quentin",
+    "Rosa",
+    "Suresh",
+    "Tomas",
+    "Umar",
+    "Vera",
+    "Wen Hui",
+    "Xavier",
+    "Yusuf",
+    "Zara",
+    "Amir",
+    "Beatrice",
+    "Carlos",
+    "Deepa",
+    "Elena",
+    "Faisal",
+)
+LAST = (
+    "Tan",
+    "Lim",
+    "Wong",
+    "Kumar",
+    "Rahman",
+    "Smith",
+    "Garcia",
+    "Ng",
+    "Lee",
+    "Ong",
+    "Chua",
+    "Fernandez",
+    "Nair",
+    "Okafor",
+    "Petrov",
+    "Haddad",
+    "Teo",
+    "Yeo",
+    "Novak",
+    "Silva",
+)
+STREETS = (
+    "Orchard Road",
+    "Jalan Besar",
+    "Bukit Timah Road",
+    "Main Street",
+    "Clementi Ave 3",
+    "Serangoon Road",
+    "Elm Street",
+    "Holland Drive",
+    "Tampines Street 21",
+    "River Valley Road",
+    "Oak Lane",
+    "Sims Avenue",
+)
 DOMAINS = ("example.com", "mail.test", "corp.example", "inbox.test", "post.example")
 
 # Non-personal slots: they stay in the label, so labels vary beyond the template.
-ITEMS = ("the invoice", "the refund", "the parcel", "the warranty claim", "the contract",
-         "the order", "the booking", "the replacement unit", "the membership card",
-         "the quotation")  # fmt: skip
-DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "next week",
-        "tomorrow", "this afternoon")  # fmt: skip
+ITEMS = (
+    "the invoice",
+    "the refund",
+    "the parcel",
+    "the warranty claim",
+    "the contract",
+    "the order",
+    "the booking",
+    "the replacement unit",
+    "the membership card",
+    "the quotation",
+)
+DAYS = (
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "next week",
+    "tomorrow",
+    "this afternoon",
+)
 
 TEMPLATES = (
     "Please update the account of {name}; the new email is {email}.",
@@ -77,11 +153,13 @@ def _values(rng: random.Random) -> dict[str, str]:
     first, last = pick(rng, FIRST), pick(rng, LAST)
     user = f"{first.lower().replace(' ', '')}{pick(rng, ('.', '_', ''))}{last.lower()}"
     unit = f"#{rng.randint(1, 30):02d}-{rng.randint(1, 200):02d}"
-    phone = rng.choice((
-        f"+65 {rng.randint(8000, 9999)} {rng.randint(1000, 9999)}",
-        f"{rng.randint(8000, 9999)}-{rng.randint(1000, 9999)}",
-        f"+65-{rng.randint(80000000, 99999999)}",
-    ))  # fmt: skip
+    phone = rng.choice(
+        (
+            f"+65 {rng.randint(8000, 9999)} {rng.randint(1000, 9999)}",
+            f"{rng.randint(8000, 9999)}-{rng.randint(1000, 9999)}",
+            f"+65-{rng.randint(80000000, 99999999)}",
+        )
+    )
     return {
         "name": f"{first} {last}",
         "email": f"{user}{rng.randint(1, 99)}@{pick(rng, DOMAINS)}",

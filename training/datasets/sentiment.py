@@ -61,5 +61,9 @@ def make(rng: random.Random) -> Record:
     slots = {"p": pick(rng, PRODUCTS), "i": pick(rng, ISSUES), "d": pick(rng, DURATIONS)}
     label = neutral.format(**slots)
     facts = tuple(v for k, v in slots.items() if "{" + k + "}" in neutral)
-    return Record("sentiment_neutralization", charged.format(**slots),
-                  label[0].upper() + label[1:], facts=facts)  # fmt: skip
+    return Record(
+        "sentiment_neutralization",
+        charged.format(**slots),
+        label[0].upper() + label[1:],
+        facts=facts,
+    )

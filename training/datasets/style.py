@@ -72,5 +72,4 @@ def make(rng: random.Random) -> Record:
     }
     # The facts as the formal side states them (a capitalized slot counts as its own form).
     facts = tuple(dict.fromkeys(slots[k] for k in slots if "{" + k + "}" in formal))
-    return Record("style_transfer", informal.format(**slots), formal.format(**slots),
-                  facts=facts)  # fmt: skip
+    return Record("style_transfer", informal.format(**slots), formal.format(**slots), facts=facts)

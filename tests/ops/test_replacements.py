@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.replacements import check, create_only, render, replacements
+from ops.replacements import check, create_only, render, replacements
 from tests.infra.conftest import edited_config, resources
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,13 +26,18 @@ def _base(edit):
 
 ROUTINE = {
     "new image tag": {"catalog": _base(lambda b: b["image"].update(tag="0.2.0"))},
-    "image digest": {"catalog": _base(lambda b: b.update(
-        image={"repository": b["image"]["repository"], "digest": "sha256:" + "cd" * 32}))},
+    "image digest": {
+        "catalog": _base(
+            lambda b: b.update(
+                image={"repository": b["image"]["repository"], "digest": "sha256:" + "cd" * 32}
+            )
+        )
+    },
     "new base revision": {"catalog": _base(lambda b: b.update(revision="ab" * 20))},
     "adapter version bump": {"catalog": lambda c: c["adapters"][0].update(version="1.0.1")},
     "instance type": {"environment": lambda e: e["serving"].update(instance_type="ml.g5.2xlarge")},
     "OPTION value": {"environment": lambda e: e["serving"].update(max_cpu_loras=48)},
-}  # fmt: skip
+}
 
 
 def test_the_schemas_know_what_sagemaker_replaces() -> None:
@@ -79,17 +84,26 @@ def test_dropping_a_fixed_name_is_a_replacement_that_works() -> None:
             }
         }
     }
-    new = {"Resources": {"M": {"Type": "AWS::SageMaker::Model",
-                               "Properties": {"PrimaryContainer": {"Image": "b"}}}}}  # fmt: skip
+    new = {
+        "Resources": {
+            "M": {
+                "Type": "AWS::SageMaker::Model",
+                "Properties": {"PrimaryContainer": {"Image": "b"}},
+            }
+        }
+    }
     (r,) = replacements("s", old, new)
     assert r.fixed_name is None and r.problem() is None
 
 
 def test_a_stateful_replacement_fails_unless_the_environment_allows_it() -> None:
     def repo(name: str) -> dict:
-        return {"Resources": {"Repo": {"Type": "AWS::ECR::Repository",
-                                       "Properties": {"RepositoryName": name}}},
-                "Outputs": {}}  # fmt: skip
+        return {
+            "Resources": {
+                "Repo": {"Type": "AWS::ECR::Repository", "Properties": {"RepositoryName": name}}
+            },
+            "Outputs": {},
+        }
 
     _, bad = check({"s": repo("a/x")}, {"s": repo("a/y")}, frozenset())
     assert len(bad) == 1 and "stateful" in bad[0][1]
@@ -98,11 +112,15 @@ def test_a_stateful_replacement_fails_unless_the_environment_allows_it() -> None
 
 
 def test_replacement_cascades_through_create_only_references() -> None:
-    old = {"Resources": {
-        "Role": {"Type": "AWS::IAM::Role", "Properties": {"RoleName": "r1", "Path": "/"}},
-        "M": {"Type": "AWS::SageMaker::Model",
-              "Properties": {"ExecutionRoleArn": {"Fn::GetAtt": ["Role", "Arn"]}}},
-    }}  # fmt: skip
+    old = {
+        "Resources": {
+            "Role": {"Type": "AWS::IAM::Role", "Properties": {"RoleName": "r1", "Path": "/"}},
+            "M": {
+                "Type": "AWS::SageMaker::Model",
+                "Properties": {"ExecutionRoleArn": {"Fn::GetAtt": ["Role", "Arn"]}},
+            },
+        }
+    }
     new = copy.deepcopy(old)
     new["Resources"]["Role"]["Properties"]["RoleName"] = "r2"
     assert {r.logical_id for r in replacements("s", old, new)} == {"Role", "M"}
@@ -111,10 +129,23 @@ def test_replacement_cascades_through_create_only_references() -> None:
 def test_the_command_prints_replacements_and_passes_on_a_routine_change(tmp_path) -> None:
     catalog, environments = edited_config(tmp_path, **ROUTINE["new image tag"])
     proc = subprocess.run(
-        [sys.executable, "-m", "infra.replacements", "--env", "dev", "--catalog", str(catalog),
-         "--environments-dir", str(environments)],
-        cwd=ROOT, capture_output=True, text=True, check=False, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "ops.replacements",
+            "--env",
+            "dev",
+            "--catalog",
+            str(catalog),
+            "--environments-dir",
+            str(environments),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "AWS::SageMaker::Model) is replaced: PrimaryContainer changed" in proc.stdout
     assert "ok " in proc.stdout

@@ -13,7 +13,7 @@ type changes. A replacement creates the new resource before deleting the old one
 A property that refers (``Ref`` / ``Fn::GetAtt``) to a replaced resource gets a new value, so the
 replacement cascades through create-only properties that hold such references.
 
-``python -m infra.replacements --env dev [--base REF]`` synthesizes the environment and compares
+``python -m ops.replacements --env dev [--base REF]`` synthesizes the environment and compares
 it with the committed snapshots (at ``REF`` when given), printing every replacement and exiting 1
 on a forbidden one. ``make diff`` runs it.
 """
@@ -31,16 +31,18 @@ from pathlib import Path
 from typing import Any
 
 #: Types whose replacement loses data or identity others hold on to.
-STATEFUL_TYPES = frozenset({
-    "AWS::S3::Bucket",
-    "AWS::KMS::Key",
-    "AWS::ECR::Repository",
-    "AWS::ElastiCache::ReplicationGroup",
-    "AWS::ElastiCache::CacheCluster",
-    "AWS::ElastiCache::ServerlessCache",
-    "AWS::SecretsManager::Secret",
-    "AWS::Logs::LogGroup",
-})  # fmt: skip
+STATEFUL_TYPES = frozenset(
+    {
+        "AWS::S3::Bucket",
+        "AWS::KMS::Key",
+        "AWS::ECR::Repository",
+        "AWS::ElastiCache::ReplicationGroup",
+        "AWS::ElastiCache::CacheCluster",
+        "AWS::ElastiCache::ServerlessCache",
+        "AWS::SecretsManager::Secret",
+        "AWS::Logs::LogGroup",
+    }
+)
 _REGION = "us-east-1"
 
 
@@ -208,28 +210,39 @@ def snapshots_at(env: str, ref: str | None, root: Path) -> dict[str, dict[str, A
             for p in sorted((root / rel).glob("*.template.json"))
         }
     names = subprocess.run(
-        ["git", "ls-tree", "--name-only", f"{ref}:{rel}"], cwd=root, capture_output=True,
-        text=True, check=False,
-    )  # fmt: skip
+        ["git", "ls-tree", "--name-only", f"{ref}:{rel}"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if names.returncode != 0:
         raise SystemExit(f"no snapshots of {env!r} at {ref!r}: {names.stderr.strip()}")
     out = {}
     for name in names.stdout.split():
         if name.endswith(".template.json"):
-            body = subprocess.run(["git", "show", f"{ref}:{rel}/{name}"], cwd=root,
-                                  capture_output=True, text=True, check=True).stdout  # fmt: skip
+            body = subprocess.run(
+                ["git", "show", f"{ref}:{rel}/{name}"],
+                cwd=root,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             out[name.removesuffix(".template.json")] = json.loads(body)
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     from config import CATALOG_PATH, ENVIRONMENTS_DIR, environment_names, load_deployment
-    from infra.snapshots import ROOT, synth
+    from ops.snapshots import ROOT, synth
 
-    ap = argparse.ArgumentParser(prog="python -m infra.replacements", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m ops.replacements", description=__doc__)
     ap.add_argument("--env", action="append", help="environment (default: every deployable)")
-    ap.add_argument("--base", help="git ref whose snapshots stand for what is deployed "
-                    "(default: the snapshots in the work tree)")  # fmt: skip
+    ap.add_argument(
+        "--base",
+        help="git ref whose snapshots stand for what is deployed "
+        "(default: the snapshots in the work tree)",
+    )
     ap.add_argument("--catalog", type=Path, default=CATALOG_PATH)
     ap.add_argument("--environments-dir", type=Path, default=ENVIRONMENTS_DIR)
     args = ap.parse_args(argv)

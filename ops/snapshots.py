@@ -1,9 +1,9 @@
 """Committed template snapshots per environment, and the offline diff against them.
 
-``python -m infra.snapshots check [--env NAME]`` synthesizes the app as a user would (``app.py``
+``python -m ops.snapshots check [--env NAME]`` synthesizes the app as a user would (``app.py``
 with ``-c env=NAME``), compares every template with ``infra/snapshots/NAME/``, and on any
 difference prints ``cdk diff --template`` for each stack that changed and exits 1.
-``python -m infra.snapshots update [--env NAME]`` rewrites the snapshots (``make snapshot``).
+``python -m ops.snapshots update [--env NAME]`` rewrites the snapshots (``make snapshot``).
 A template change is therefore a reviewed change: it shows up in the pull request as a diff of
 the snapshot files.
 """
@@ -43,12 +43,16 @@ def synth(
     proc = subprocess.run(
         [sys.executable, str(ROOT / "app.py")],
         cwd=ROOT,
-        env={**os.environ, "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": str(outdir),
-             "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"},
+        env={
+            **os.environ,
+            "CDK_CONTEXT_JSON": json.dumps(context),
+            "CDK_OUTDIR": str(outdir),
+            "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+        },
         capture_output=True,
         text=True,
         check=False,
-    )  # fmt: skip
+    )
     if proc.returncode != 0:
         raise SynthError(f"synth of {env!r} failed:\n{proc.stderr[-4000:]}")
     return {
@@ -95,12 +99,27 @@ def write(env: str, templates: dict[str, dict]) -> None:
 def template_diff(outdir: Path, stack: str, snapshot: Path) -> str:
     """``cdk diff --template``: the synthesized stack against a template file, offline."""
     proc = subprocess.run(
-        [*CDK, "diff", "--app", str(outdir), "--exclusively", "--no-notices", stack,
-         "--template", str(snapshot)],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-        env={**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
-             "CDK_DISABLE_VERSION_CHECK": "1"},
-    )  # fmt: skip
+        [
+            *CDK,
+            "diff",
+            "--app",
+            str(outdir),
+            "--exclusively",
+            "--no-notices",
+            stack,
+            "--template",
+            str(snapshot),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={
+            **os.environ,
+            "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+            "CDK_DISABLE_VERSION_CHECK": "1",
+        },
+    )
     return (proc.stdout + proc.stderr).strip()
 
 
@@ -117,7 +136,7 @@ def report(cmp: Comparison, outdir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.snapshots", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ops.snapshots", description=__doc__)
     parser.add_argument("action", choices=["check", "update"])
     parser.add_argument("--env", action="append", help="environment (default: every deployable)")
     args = parser.parse_args(argv)
@@ -129,8 +148,10 @@ def main(argv: list[str] | None = None) -> int:
             templates = synth(env, outdir)
             if args.action == "update":
                 write(env, templates)
-                print(f"{env}: wrote {len(templates)} template snapshots to "
-                      f"{(SNAPSHOTS / env).relative_to(ROOT)}")  # fmt: skip
+                print(
+                    f"{env}: wrote {len(templates)} template snapshots to "
+                    f"{(SNAPSHOTS / env).relative_to(ROOT)}"
+                )
                 continue
             cmp = compare(env, templates)
             if cmp.clean:

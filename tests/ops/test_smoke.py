@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infra.smoke import Result, render
+from ops.smoke import Result, render
 
 SHA = "ab" * 32
 
@@ -17,8 +17,10 @@ def test_the_catalog_version_from_the_artifacts_own_manifest_passes() -> None:
 
 
 def test_another_version_or_another_artifact_fails_naming_the_expected_one() -> None:
-    for artifact in ({"name": "claims", "version": "1.1.0", "sha256": SHA},
-                     {"name": "other", "version": "1.2.0", "sha256": SHA}):  # fmt: skip
+    for artifact in (
+        {"name": "claims", "version": "1.1.0", "sha256": SHA},
+        {"name": "other", "version": "1.2.0", "sha256": SHA},
+    ):
         r = _r(artifact)
         assert not r.ok and "expected claims@1.2.0" in render([r])
 
@@ -61,7 +63,7 @@ def _router(name: str, versions: list[str]):
 
 
 def test_a_canary_is_smoked_too_and_a_canary_never_reached_fails(tmp_path) -> None:
-    from infra.smoke import invoke_all
+    from ops.smoke import invoke_all
     from tests.fakes import HttpEndpoint
 
     dep = _canary_deployment(tmp_path)

@@ -8,7 +8,7 @@ import yaml
 
 from config import CATALOG_PATH, load_deployment
 from infra.adapters import shard_of
-from infra.changes import main, render, summarize
+from ops.changes import main, render, summarize
 
 
 def _catalog(tmp_path: Path, edit) -> Path:
@@ -26,14 +26,20 @@ def _entry(data: dict, name: str) -> dict:
 def test_changing_one_entry_names_exactly_that_adapter_and_its_component(tmp_path: Path) -> None:
     def publish(data: dict) -> None:
         e = _entry(data, "sales-json")
-        e.update(version="1.1.0", artifact="s3://bucket/adapters/sales-json/1.1.0/adapter.tar.gz",
-                 sha256="a" * 64)  # fmt: skip
+        e.update(
+            version="1.1.0",
+            artifact="s3://bucket/adapters/sales-json/1.1.0/adapter.tar.gz",
+            sha256="a" * 64,
+        )
 
     before = load_deployment("dev")
     after = load_deployment("dev", _catalog(tmp_path, publish))
     (change,) = summarize(before, after)
-    assert (change.adapter, change.kind, change.component) == ("sales-json", "changed",
-                                                               "lora-dev-sales-json")  # fmt: skip
+    assert (change.adapter, change.kind, change.component) == (
+        "sales-json",
+        "changed",
+        "lora-dev-sales-json",
+    )
     assert set(change.fields) == {"version", "artifact", "sha256"}
     assert change.stack == f"lora-dev-adapters-{shard_of('sales-json'):02d}"
     assert "updates lora-dev-sales-json's ArtifactUrl" in change.effect
@@ -47,12 +53,20 @@ def test_added_removed_and_route_only_changes_say_what_they_do(tmp_path: Path) -
     def edit(data: dict) -> None:
         data["adapters"] = [a for a in data["adapters"] if a["name"] != "style-formal"]
         _entry(data, "singlish-standard")["allow"] = {"tenants": ["localization"]}
-        data["adapters"].append({"name": "claims-summary", "version": "1.0.0",
-                                 "base": "qwen3-4b", "task": "style_transfer",
-                                 "allow": {"tenants": ["claims"]}})  # fmt: skip
+        data["adapters"].append(
+            {
+                "name": "claims-summary",
+                "version": "1.0.0",
+                "base": "qwen3-4b",
+                "task": "style_transfer",
+                "allow": {"tenants": ["claims"]},
+            }
+        )
 
-    changes = {c.adapter: c for c in summarize(load_deployment("dev"),
-                                               load_deployment("dev", _catalog(tmp_path, edit)))}  # fmt: skip
+    changes = {
+        c.adapter: c
+        for c in summarize(load_deployment("dev"), load_deployment("dev", _catalog(tmp_path, edit)))
+    }
     assert set(changes) == {"claims-summary", "style-formal", "singlish-standard"}
     assert changes["claims-summary"].effect.startswith("adds inference component lora-dev-claims")
     assert changes["style-formal"].effect.startswith("deletes inference component")

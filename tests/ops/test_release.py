@@ -24,7 +24,7 @@ from contracts.manifests import (
     MergedFiles,
     MergedManifest,
 )
-from infra.release import BASE_MANIFEST, STEPS, Release, ReleaseError, Tools
+from ops.release import BASE_MANIFEST, STEPS, Release, ReleaseError, Tools
 from tests.infra.conftest import CONFIG, edited_config, synth_in_process
 from training.package import pack, sha256_file, write_manifest
 
@@ -174,8 +174,15 @@ def _fake_tokenizer_sha256() -> str:
         return tokenizer_sha256(fake_base(Path(tmp)))
 
 
-GATE = {"metric": "chrf", "beats_base": True, "publishable": True, "failures": [],
-        "adapter": {"score": 60.0}, "base": {"score": 10.0}, "bootstrap": {"ci_low": 42.5}}  # fmt: skip
+GATE = {
+    "metric": "chrf",
+    "beats_base": True,
+    "publishable": True,
+    "failures": [],
+    "adapter": {"score": 60.0},
+    "base": {"score": 10.0},
+    "bootstrap": {"ci_low": 42.5},
+}
 
 
 def job_name(adapter: str) -> str:
@@ -186,11 +193,15 @@ def job_record(name: str, region: str) -> dict:
     """What DescribeTrainingJob answers for the job that made ``make_archive``'s archive."""
     adapter = name.removeprefix("lora-dev-").removesuffix("-job")
     metrics = {"adapter_score": 60.0, "base_score": 10.0, "ci_low": 42.5, "publishable": 1.0}
-    return {"TrainingJobName": name, "TrainingJobStatus": "Completed",
-            "ModelArtifacts": {"S3ModelArtifacts": f"s3://jobs/{name}/output/model.tar.gz"},
-            "HyperParameters": {"adapter": adapter, "version": "1.0.0"},
-            "FinalMetricDataList": [{"MetricName": f"gate:{k}", "Value": v}
-                                    for k, v in metrics.items()]}  # fmt: skip
+    return {
+        "TrainingJobName": name,
+        "TrainingJobStatus": "Completed",
+        "ModelArtifacts": {"S3ModelArtifacts": f"s3://jobs/{name}/output/model.tar.gz"},
+        "HyperParameters": {"adapter": adapter, "version": "1.0.0"},
+        "FinalMetricDataList": [
+            {"MetricName": f"gate:{k}", "Value": v} for k, v in metrics.items()
+        ],
+    }
 
 
 def make_archive(directory: Path, name: str, dep) -> Path:
@@ -229,8 +240,11 @@ def make_archive(directory: Path, name: str, dep) -> Path:
 
 @pytest.fixture
 def account(monkeypatch):
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": REGION}.items():  # fmt: skip
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+    }.items():
         monkeypatch.setenv(key, value)
     for ci in ("CI", "CODEBUILD_BUILD_ID"):  # a developer's release unless a test says CI
         monkeypatch.delenv(ci, raising=False)
@@ -256,10 +270,18 @@ def setup(tmp_path, account):
     logs: list[str] = []
 
     def release(**kw) -> Release:
-        r = Release("dev", account, tools=tools, catalog=catalog, environments_dir=environments,
-                    archives=archives, training_role=f"arn:aws:iam::{ACCOUNT}:role/train",
-                    synth=lambda _out: synth_in_process(catalog, environments), log=logs.append,
-                    **kw)  # fmt: skip
+        r = Release(
+            "dev",
+            account,
+            tools=tools,
+            catalog=catalog,
+            environments_dir=environments,
+            archives=archives,
+            training_role=f"arn:aws:iam::{ACCOUNT}:role/train",
+            synth=lambda _out: synth_in_process(catalog, environments),
+            log=logs.append,
+            **kw,
+        )
         ref["release"] = r
         return r
 
@@ -464,21 +486,37 @@ def test_stacks_the_pipeline_deployed_are_done(setup, tmp_path) -> None:
     from tests.infra.conftest import CLI_CONTEXT
 
     cfg_file = tmp_path / "pipeline.yaml"
-    cfg_file.write_text(yaml.safe_dump({**yaml.safe_load(PIPELINE_PATH.read_text()),
-                                        "enabled": True, "stages": ["dev"],
-                                        "approval_before": []}))  # fmt: skip
+    cfg_file.write_text(
+        yaml.safe_dump(
+            {
+                **yaml.safe_load(PIPELINE_PATH.read_text()),
+                "enabled": True,
+                "stages": ["dev"],
+                "approval_before": [],
+            }
+        )
+    )
     cfg = load_pipeline(cfg_file)
     nag.ACKNOWLEDGEMENTS.clear()
     context = json.loads((CONFIG.parent / "cdk.json").read_text())["context"]
     app = App(outdir=str(tmp_path / "pipeline.out"), context={**context, **CLI_CONTEXT})
     dep = load_deployment("dev", setup["catalog"], tmp_path / "environments")
-    PipelineStack(app, "lora-fleet-pipeline", config=cfg, deployments={"dev": dep},
-                  env=CdkEnvironment(region=cfg.region))  # fmt: skip
+    PipelineStack(
+        app,
+        "lora-fleet-pipeline",
+        config=cfg,
+        deployments={"dev": dep},
+        env=CdkEnvironment(region=cfg.region),
+    )
     out = Path(app.synth().directory) / "assembly-lora-fleet-pipeline-dev"
     manifest = json.loads((out / "manifest.json").read_text())
-    staged = {a["properties"]["stackName"]: json.loads((out / a["properties"]["templateFile"])
-                                                       .read_text())
-              for a in manifest["artifacts"].values() if a["type"] == "aws:cloudformation:stack"}  # fmt: skip
+    staged = {
+        a["properties"]["stackName"]: json.loads(
+            (out / a["properties"]["templateFile"]).read_text()
+        )
+        for a in manifest["artifacts"].values()
+        if a["type"] == "aws:cloudformation:stack"
+    }
     release = setup["release"]()
     for name in release.foundation_stacks():
         template = staged[name]

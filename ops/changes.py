@@ -1,6 +1,6 @@
 """What a catalog change does to an environment, in words a reviewer reads in a pull request.
 
-``python -m infra.changes --env dev [--base REF] [--markdown]`` compares the catalog at a git
+``python -m ops.changes --env dev [--base REF] [--markdown]`` compares the catalog at a git
 ref (default ``HEAD``) with the working tree, through the same loader synth uses, and lists the
 adapters added, removed or changed with the inference component each change adds, updates or
 deletes, and its adapter stack.
@@ -50,8 +50,10 @@ class Change:
         if routed:
             parts.append("updates its route in the router's table")
         if not parts:
-            parts.append("changes training settings only; nothing deployed changes until a "
-                         "new artifact is published")  # fmt: skip
+            parts.append(
+                "changes training settings only; nothing deployed changes until a "
+                "new artifact is published"
+            )
         return "; ".join(parts)
 
 
@@ -97,9 +99,12 @@ def catalog_at(ref: str, dest: Path) -> Path:
     """The catalog file as committed at ``ref``."""
     rel = CATALOG_PATH.relative_to(ROOT)
     proc = subprocess.run(
-        ["git", "show", f"{ref}:{rel.as_posix()}"], cwd=ROOT, capture_output=True, text=True,
+        ["git", "show", f"{ref}:{rel.as_posix()}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
         check=False,
-    )  # fmt: skip
+    )
     if proc.returncode != 0:
         raise SystemExit(f"cannot read {rel} at {ref!r}: {proc.stderr.strip()}")
     path = dest / "adapters.yaml"
@@ -111,10 +116,17 @@ def render(env: str, changes: list[Change], notes: list[str], markdown: bool) ->
     if not changes and not notes:
         return f"{env}: no catalog changes"
     if markdown:
-        lines = [f"### Catalog changes ({env})", "", "| adapter | change | component | stack | "
-                 "effect |", "|---|---|---|---|---|"]  # fmt: skip
-        lines += [f"| {c.adapter} | {c.kind}{' (' + ', '.join(c.fields) + ')' if c.fields else ''}"
-                  f" | {c.component} | {c.stack} | {c.effect} |" for c in changes]  # fmt: skip
+        lines = [
+            f"### Catalog changes ({env})",
+            "",
+            "| adapter | change | component | stack | effect |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {c.adapter} | {c.kind}{' (' + ', '.join(c.fields) + ')' if c.fields else ''}"
+            f" | {c.component} | {c.stack} | {c.effect} |"
+            for c in changes
+        ]
         lines += [f"\n**{n}**" for n in notes]
         return "\n".join(lines)
     lines = [f"{env}: catalog changes"]
@@ -126,7 +138,7 @@ def render(env: str, changes: list[Change], notes: list[str], markdown: bool) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.changes", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ops.changes", description=__doc__)
     parser.add_argument("--env", default="dev")
     parser.add_argument("--base", default="HEAD", help="git ref to compare with (default HEAD)")
     parser.add_argument("--catalog", type=Path, default=CATALOG_PATH, help="the new catalog")

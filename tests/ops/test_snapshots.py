@@ -11,7 +11,7 @@ import yaml
 
 from config import CATALOG_PATH, load_deployment
 from infra.adapters import shard_of
-from infra.snapshots import SNAPSHOTS, compare, report, synth
+from ops.snapshots import SNAPSHOTS, compare, report, synth
 
 pytestmark = pytest.mark.synth
 
@@ -44,8 +44,11 @@ def test_the_check_fails_and_prints_the_cdk_diff_when_a_template_changes(
 
 
 def _resources(templates: dict[str, dict]) -> dict[tuple[str, str], dict]:
-    return {(stack, rid): res for stack, t in templates.items()
-            for rid, res in t.get("Resources", {}).items()}  # fmt: skip
+    return {
+        (stack, rid): res
+        for stack, t in templates.items()
+        for rid, res in t.get("Resources", {}).items()
+    }
 
 
 def _bundle_table(outdir: Path, template: dict) -> dict:
@@ -60,9 +63,17 @@ def test_one_new_catalog_entry_adds_one_component_and_one_route_and_nothing_else
     assemblies, tmp_path: Path
 ) -> None:
     data = yaml.safe_load(CATALOG_PATH.read_text())
-    entry = {"name": "contracts-summary", "version": "1.0.0", "base": "qwen3-4b",
-             "task": "style_transfer", "description": "Contract clauses in plain English.",
-             "rank": 16, "alpha": 32, "targets": "attention", "allow": {"tenants": ["legal"]}}  # fmt: skip
+    entry = {
+        "name": "contracts-summary",
+        "version": "1.0.0",
+        "base": "qwen3-4b",
+        "task": "style_transfer",
+        "description": "Contract clauses in plain English.",
+        "rank": 16,
+        "alpha": 32,
+        "targets": "attention",
+        "allow": {"tenants": ["legal"]},
+    }
     data["adapters"].append(entry)
     catalog = tmp_path / "adapters.yaml"
     catalog.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -82,14 +93,22 @@ def test_one_new_catalog_entry_adds_one_component_and_one_route_and_nothing_else
     assert components[0][0] == shard_stack
     # The route travels in the router's code asset: its hash changes, and with it the function's
     # published version (the alias the API calls moves to it). Nothing else may change.
-    router_only = {("lora-dev-router", rid) for rid, r in after["lora-dev-router"]["Resources"].items()
-                   if r["Type"] in ("AWS::Lambda::Function", "AWS::Lambda::Version",
-                                    "AWS::Lambda::Alias")}  # fmt: skip
-    old_router = {("lora-dev-router", rid) for rid, r in before["lora-dev-router"]["Resources"].items()
-                  if r["Type"] == "AWS::Lambda::Version"}  # fmt: skip
+    router_only = {
+        ("lora-dev-router", rid)
+        for rid, r in after["lora-dev-router"]["Resources"].items()
+        if r["Type"] in ("AWS::Lambda::Function", "AWS::Lambda::Version", "AWS::Lambda::Alias")
+    }
+    old_router = {
+        ("lora-dev-router", rid)
+        for rid, r in before["lora-dev-router"]["Resources"].items()
+        if r["Type"] == "AWS::Lambda::Version"
+    }
     # The router's role may invoke the new component by name (and only the adapter components).
-    invoke = {("lora-dev-router", rid) for rid in after["lora-dev-router"]["Resources"]
-              if rid.startswith("RouterInvokePolicy")}  # fmt: skip
+    invoke = {
+        ("lora-dev-router", rid)
+        for rid in after["lora-dev-router"]["Resources"]
+        if rid.startswith("RouterInvokePolicy")
+    }
     for k in invoke & set(changed):
         (before_statement,) = old[k]["Properties"]["PolicyDocument"]["Statement"]
         (after_statement,) = new[k]["Properties"]["PolicyDocument"]["Statement"]
@@ -103,8 +122,11 @@ def test_one_new_catalog_entry_adds_one_component_and_one_route_and_nothing_else
     ]
     assert set(added) - set(components) - set(groups) <= router_only
     # An empty shard's placeholder goes when its first component arrives.
-    placeholder = {(shard_stack, rid) for rid, r in before[shard_stack]["Resources"].items()
-                   if r["Type"] == "AWS::CloudFormation::WaitConditionHandle"}  # fmt: skip
+    placeholder = {
+        (shard_stack, rid)
+        for rid, r in before[shard_stack]["Resources"].items()
+        if r["Type"] == "AWS::CloudFormation::WaitConditionHandle"
+    }
     assert set(removed) <= old_router | placeholder
     assert set(changed) <= router_only
     assert len([k for k in added if new[k]["Type"] == "AWS::Lambda::Version"]) <= 1

@@ -1,4 +1,4 @@
-"""``python -m infra.smoke --env NAME``: invoke every adapter once through the deployed router.
+"""``python -m ops.smoke --env NAME``: invoke every adapter once through the deployed router.
 
 An adapter inference component reports InService even when the container refused to register
 its artifact, so a deploy is checked by calling each adapter: one SigV4-signed request per
@@ -188,16 +188,18 @@ def render(results: list[Result]) -> str:
         served = r.served
         if r.status == 200 and r.mismatch:
             served += f" ({r.mismatch})"
-        lines.append(f"{r.adapter:<{width}}  {r.status:<6}  {r.ms:>7.0f} ms  {mark} {served}  "
-                     f"{r.detail!r}")  # fmt: skip
+        lines.append(
+            f"{r.adapter:<{width}}  {r.status:<6}  {r.ms:>7.0f} ms  {mark} {served}  {r.detail!r}"
+        )
     failed = [r for r in results if not r.ok]
-    lines.append(f"{len(results) - len(failed)}/{len(results)} adapters answered with their "
-                 "catalog version")  # fmt: skip
+    lines.append(
+        f"{len(results) - len(failed)}/{len(results)} adapters answered with their catalog version"
+    )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m infra.smoke", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m ops.smoke", description=__doc__)
     ap.add_argument("--env", default="dev")
     ap.add_argument("--url", help="router base URL (default: the router stack's RouterUrl)")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per request")

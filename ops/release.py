@@ -1,4 +1,4 @@
-"""``make release ENV=NAME`` (``python -m infra.release --env NAME``): a first deploy, or any later
+"""``make release ENV=NAME`` (``python -m ops.release --env NAME``): a first deploy, or any later
 one, in the only order that works, each step skipped when it is already done.
 
 A plain ``cdk deploy --all`` creates the repository and the bucket and then, at once, the model
@@ -18,7 +18,7 @@ This command does the steps in order:
 5. ``approval`` every version it deploys (stable and canary) approved in the Model Registry
                 for the archive the catalog pins (``training.approve``); it stops here if not;
 6. ``deploy``   deploy every other stack;
-7. ``smoke``    invoke every adapter once through the router (``infra.smoke``).
+7. ``smoke``    invoke every adapter once through the router (``ops.smoke``).
 
 ``--dry-run`` prints each step as done or missing and changes nothing. Every outside tool
 (docker, the CDK CLI, the hub, training jobs, the smoke check) is reached through ``Tools``, which
@@ -52,8 +52,14 @@ from training.package import sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Files of a hub snapshot the runtime loads: weights, configs, tokenizer (never code or docs).
-BASE_FILES = ["*.safetensors", "*.safetensors.index.json", "config.json",
-              "generation_config.json", "tokenizer.model", *TOKENIZER_FILES]  # fmt: skip
+BASE_FILES = [
+    "*.safetensors",
+    "*.safetensors.index.json",
+    "config.json",
+    "generation_config.json",
+    "tokenizer.model",
+    *TOKENIZER_FILES,
+]
 #: Written last under the base prefix: the staged files and their hashes. Its presence is what
 #: "the weights are staged" means, so an interrupted upload is redone.
 BASE_MANIFEST = "release-manifest.json"
@@ -74,8 +80,9 @@ def comparable(template: dict[str, Any]) -> dict[str, Any]:
         for rid, r in template.get("Resources", {}).items()
         if r.get("Type") != "AWS::CDK::Metadata"
     }
-    conditions = {k: v for k, v in template.get("Conditions", {}).items()
-                  if k != "CDKMetadataAvailable"}  # fmt: skip
+    conditions = {
+        k: v for k, v in template.get("Conditions", {}).items() if k != "CDKMetadataAvailable"
+    }
     out.pop("Conditions", None)
     if conditions:
         out["Conditions"] = conditions
@@ -99,14 +106,18 @@ class Tools:
         print("  $ " + " ".join(a if len(a) < 80 else a[:77] + "..." for a in argv), flush=True)
         proc = subprocess.run(argv, cwd=ROOT, input=input, text=True, check=False)
         if proc.returncode != 0:
-            raise ReleaseError(f"{argv[0]} {argv[1] if len(argv) > 1 else ''} failed "
-                               f"(exit {proc.returncode})")  # fmt: skip
+            raise ReleaseError(
+                f"{argv[0]} {argv[1] if len(argv) > 1 else ''} failed (exit {proc.returncode})"
+            )
 
     def download_base(self, repo_id: str, revision: str, dest: Path) -> Path:
         from huggingface_hub import snapshot_download  # weights, config, tokenizer only
 
-        return Path(snapshot_download(repo_id=repo_id, revision=revision, local_dir=dest,
-                                      allow_patterns=BASE_FILES))  # fmt: skip
+        return Path(
+            snapshot_download(
+                repo_id=repo_id, revision=revision, local_dir=dest, allow_patterns=BASE_FILES
+            )
+        )
 
     def merge(self, base_dir: Path, archive: Path, out: Path) -> MergedManifest:
         """The adapter merged into the base (``training.merge``); its merged manifest."""
@@ -134,7 +145,7 @@ class Tools:
         return job_archive_sha256(uri, adapter, region)
 
     def smoke(self, env: str) -> int:
-        from infra.smoke import main
+        from ops.smoke import main
 
         return main(["--env", env])
 
@@ -192,11 +203,10 @@ class Release:
             if self.synth is not None:
                 self._templates = self.synth(self._outdir)
             else:
-                from infra.snapshots import synth
+                from ops.snapshots import synth
 
                 self.log(f"  synthesizing {self.env} ...")
-                self._templates = synth(self.env, self._outdir, self.catalog,
-                                        self.environments_dir)  # fmt: skip
+                self._templates = synth(self.env, self._outdir, self.catalog, self.environments_dir)
         return self._templates
 
     def foundation_stacks(self) -> list[str]:
@@ -228,8 +238,9 @@ class Release:
         prefixes), and the ``deploy`` step brings every template to this synth anyway."""
         from botocore.exceptions import ClientError
 
-        missing = [f"{n}: {s}" for n in self.foundation_stacks()
-                   if (s := self.stack_deployed(n)) != "done"]  # fmt: skip
+        missing = [
+            f"{n}: {s}" for n in self.foundation_stacks() if (s := self.stack_deployed(n)) != "done"
+        ]
         if missing:
             return missing
         try:
@@ -284,8 +295,9 @@ class Release:
         ref = self.dep.base.image
         image_id = {"imageDigest": ref.digest} if ref.digest else {"imageTag": ref.tag}
         try:
-            found = self.ecr.describe_images(registryId=registry, repositoryName=repo,
-                                             imageIds=[image_id])["imageDetails"]  # fmt: skip
+            found = self.ecr.describe_images(
+                registryId=registry, repositoryName=repo, imageIds=[image_id]
+            )["imageDetails"]
         except ClientError as exc:
             code = exc.response["Error"]["Code"]
             if code in ("ImageNotFoundException", "RepositoryNotFoundException"):
@@ -431,10 +443,21 @@ class Release:
 
     def _cdk_deploy(self, stacks: list[str]) -> None:
         self.templates  # noqa: B018 - synthesize into the assembly that is deployed
-        self.tools.run([
-            "npx", "--no-install", "cdk", "deploy", "--app", str(self._outdir),
-            "--require-approval", "never", "--progress", "events", *stacks,
-        ])  # fmt: skip
+        self.tools.run(
+            [
+                "npx",
+                "--no-install",
+                "cdk",
+                "deploy",
+                "--app",
+                str(self._outdir),
+                "--require-approval",
+                "never",
+                "--progress",
+                "events",
+                *stacks,
+            ]
+        )
 
     def _do_stacks(self) -> None:
         self._cdk_deploy(self.foundation_stacks())
@@ -452,13 +475,28 @@ class Release:
         import base64
 
         user, password = base64.b64decode(token["authorizationToken"]).decode().split(":", 1)
-        self.tools.run(["docker", "login", "--username", user, "--password-stdin", host],
-                       input=password)  # fmt: skip
+        self.tools.run(
+            ["docker", "login", "--username", user, "--password-stdin", host], input=password
+        )
         # Pushed only when the tag is absent (checked above); ECR's immutable tags refuse a
         # second image under an existing tag as well.
-        self.tools.run(["docker", "buildx", "build", "--platform", "linux/amd64", "--provenance",
-                        "false", "--file", "runtime/Dockerfile", "--tag", f"{host}/{repo}{ref}",
-                        "--push", "."])  # fmt: skip
+        self.tools.run(
+            [
+                "docker",
+                "buildx",
+                "build",
+                "--platform",
+                "linux/amd64",
+                "--provenance",
+                "false",
+                "--file",
+                "runtime/Dockerfile",
+                "--tag",
+                f"{host}/{repo}{ref}",
+                "--push",
+                ".",
+            ]
+        )
         if not self.image_present():
             raise ReleaseError(f"{host}/{repo}{ref} is still not in ECR after the push")
 
@@ -498,11 +536,18 @@ class Release:
                 rel = path.relative_to(local).as_posix()
                 hashes[rel] = sha256_file(path)
                 self.log(f"  upload {rel} ({path.stat().st_size / 1e6:.1f} MB)")
-                self.s3.upload_file(str(path), self.bucket, self.base_prefix() + rel,
-                                    ExtraArgs={"ServerSideEncryption": "aws:kms",
-                                               "SSEKMSKeyId": self._kms_key()})  # fmt: skip
-            manifest = {"model_id": base.model_id, "revision": base.revision,
-                        "tokenizer_sha256": digest, "files": hashes}  # fmt: skip
+                self.s3.upload_file(
+                    str(path),
+                    self.bucket,
+                    self.base_prefix() + rel,
+                    ExtraArgs={"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": self._kms_key()},
+                )
+            manifest = {
+                "model_id": base.model_id,
+                "revision": base.revision,
+                "tokenizer_sha256": digest,
+                "files": hashes,
+            }
             self._put_json(self.base_prefix() + BASE_MANIFEST, manifest)
         if base.tokenizer_sha256 is None:
             from config.writer import set_base_field
@@ -519,8 +564,9 @@ class Release:
                 "publish each canary first (python -m training.publish --env "
                 f"{self.env} --adapter NAME --canary --archive PATH): " + "; ".join(canaries)
             )
-        missing = [a for a in self.dep.adapters
-                   if not self.adapter_state(a.name).startswith("done")]  # fmt: skip
+        missing = [
+            a for a in self.dep.adapters if not self.adapter_state(a.name).startswith("done")
+        ]
         untrained = [a.name for a in missing if not (self.archives / f"{a.name}.tar.gz").exists()]
         if untrained and not self.training_role:
             raise ReleaseError(
@@ -632,13 +678,20 @@ class Release:
 
     def _do_smoke(self) -> None:
         if self.tools.smoke(self.env) != 0:
-            raise ReleaseError("the smoke check failed: an adapter did not answer from its own "
-                               "component with its catalog version")  # fmt: skip
+            raise ReleaseError(
+                "the smoke check failed: an adapter did not answer from its own "
+                "component with its catalog version"
+            )
         self._put_json(self.smoke_key(), {"fingerprint": self.fingerprint()})
 
     def _put_json(self, key: str, data: dict[str, Any]) -> None:
-        self.s3.put_object(Bucket=self.bucket, Key=key, Body=json.dumps(data, indent=1).encode(),
-                           ServerSideEncryption="aws:kms", SSEKMSKeyId=self._kms_key())  # fmt: skip
+        self.s3.put_object(
+            Bucket=self.bucket,
+            Key=key,
+            Body=json.dumps(data, indent=1).encode(),
+            ServerSideEncryption="aws:kms",
+            SSEKMSKeyId=self._kms_key(),
+        )
 
     # -- the command ----------------------------------------------------------------------------
 
@@ -668,18 +721,32 @@ class Release:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m infra.release", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = argparse.ArgumentParser(
+        prog="python -m ops.release",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--env", required=True)
     ap.add_argument("--dry-run", action="store_true", help="print each step as done or missing")
     ap.add_argument("--only", help=f"comma-separated steps of {','.join(STEPS)}")
-    ap.add_argument("--training-role", default=os.environ.get("TRAINING_ROLE_ARN"),
-                    help="SageMaker execution role for adapters that have no archive")  # fmt: skip
-    ap.add_argument("--archives", type=Path, default=ROOT / ".artifacts" / "adapters",
-                    help="where NAME.tar.gz archives are looked for")  # fmt: skip
-    ap.add_argument("--base-dir", type=Path, default=None,
-                    help="the base weights, for publish to evaluate archives at hand again "
-                    "(a training job's archive: checked against its recorded metrics)")  # fmt: skip
+    ap.add_argument(
+        "--training-role",
+        default=os.environ.get("TRAINING_ROLE_ARN"),
+        help="SageMaker execution role for adapters that have no archive",
+    )
+    ap.add_argument(
+        "--archives",
+        type=Path,
+        default=ROOT / ".artifacts" / "adapters",
+        help="where NAME.tar.gz archives are looked for",
+    )
+    ap.add_argument(
+        "--base-dir",
+        type=Path,
+        default=None,
+        help="the base weights, for publish to evaluate archives at hand again "
+        "(a training job's archive: checked against its recorded metrics)",
+    )
     ap.add_argument("--catalog", type=Path, default=CATALOG_PATH)
     ap.add_argument("--environments-dir", type=Path, default=ENVIRONMENTS_DIR)
     args = ap.parse_args(argv)
@@ -690,10 +757,16 @@ def main(argv: list[str] | None = None) -> int:
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        release = Release(args.env, boto3.Session(), catalog=args.catalog,
-                          environments_dir=args.environments_dir, archives=args.archives,
-                          training_role=args.training_role, base_dir=args.base_dir,
-                          dry_run=args.dry_run)  # fmt: skip
+        release = Release(
+            args.env,
+            boto3.Session(),
+            catalog=args.catalog,
+            environments_dir=args.environments_dir,
+            archives=args.archives,
+            training_role=args.training_role,
+            base_dir=args.base_dir,
+            dry_run=args.dry_run,
+        )
         outcome = release.run(only)
     except ReleaseError as exc:
         print(f"release failed: {exc}", file=sys.stderr)
@@ -703,8 +776,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.dry_run:
         missing = [s for s, o in outcome.items() if o == "missing"]
-        print(f"dry run: {len(outcome) - len(missing)} of {len(outcome)} steps done"
-              + (f"; missing: {', '.join(missing)}" if missing else ""))  # fmt: skip
+        print(
+            f"dry run: {len(outcome) - len(missing)} of {len(outcome)} steps done"
+            + (f"; missing: {', '.join(missing)}" if missing else "")
+        )
     else:
         print(f"{args.env} released")
     return 0
