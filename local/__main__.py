@@ -163,20 +163,20 @@ def _training_args(p: argparse.ArgumentParser) -> None:
 
 
 def _status(state_dir: Path) -> int:
-    from local.processes import alive, healthy, read_state
+    from local import processes
     from local.trainer import read_status
 
-    state = read_state(state_dir)
+    state = processes.read_state(state_dir)
     procs = state.get("processes", {})
     if not procs:
         print("not running (start with: make up)")
         return 1
     for name, p in procs.items():
-        alive = alive(p["pid"]) and healthy(p["health"])
+        alive = processes.alive(p["pid"]) and processes.healthy(p["health"])
         print(f"{name:<9} pid {p['pid']:<7} {'up' if alive else 'DOWN'}  {p['health']}")
     training = read_status(state_dir)
     if training:
-        running = alive(training["pid"]) and training.get("finished") is None
+        running = processes.alive(training["pid"]) and training.get("finished") is None
         print(
             f"trainer   pid {training['pid']:<7} "
             + (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,3 +25,44 @@ def local_base() -> Path:
 
     root = Path(__file__).resolve().parents[1] / ".artifacts" / "base" / "qwen3-local"
     return build_base(root, preset="local", seed=0, log=lambda _: None)
+
+
+# -- the CDK app, synthesized (tests/infra and tests/ops) --------------------------------------
+
+
+@dataclass(frozen=True)
+class Assembly:
+    env: str
+    outdir: Path
+    templates: dict[str, dict]
+
+
+@pytest.fixture(scope="session")
+def assemblies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Assembly]:
+    """One synth per environment for the whole session, as a user runs it (``app.py -c
+    env=NAME``)."""
+    from config import environment_names
+    from ops.snapshots import synth
+
+    out = {}
+    for env in environment_names(deployable=True):
+        outdir = tmp_path_factory.mktemp(f"cdk-{env}")
+        out[env] = Assembly(env, outdir, synth(env, outdir))
+    return out
+
+
+@pytest.fixture(scope="session")
+def dev_templates(assemblies) -> dict[str, dict]:
+    return assemblies["dev"].templates
+
+
+@pytest.fixture
+def synth_edited(tmp_path: Path):
+    """``synth_edited(catalog=fn, environment=fn, env="dev")`` -> templates by stack name."""
+    from tests.infra.conftest import edited_config, synth_in_process
+
+    def run(env: str = "dev", **edits) -> dict[str, dict]:
+        catalog, environments = edited_config(tmp_path, env, **edits)
+        return synth_in_process(catalog, environments, env)
+
+    return run

@@ -1,31 +1,8 @@
-"""One synth per environment for the whole session, as a user runs it (``app.py -c env=NAME``)."""
+"""Helpers for reading synthesized templates (the synth fixtures are in tests/conftest.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-
-import pytest
-
-from config import environment_names
-from ops.snapshots import synth
-
-
-@dataclass(frozen=True)
-class Assembly:
-    env: str
-    outdir: Path
-    templates: dict[str, dict]
-
-
-@pytest.fixture(scope="session")
-def assemblies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Assembly]:
-    out = {}
-    for env in environment_names(deployable=True):
-        outdir = tmp_path_factory.mktemp(f"cdk-{env}")
-        out[env] = Assembly(env, outdir, synth(env, outdir))
-    return out
-
 
 # -- in-process synth of one environment with edited catalog / environment files -----------------
 
@@ -77,17 +54,6 @@ def synth_in_process(
     stacks = build(app, load_deployment(env, catalog, environments))
     assembly = app.synth()
     return {s.stack_name: assembly.get_stack_by_name(s.stack_name).template for s in stacks}
-
-
-@pytest.fixture
-def synth_edited(tmp_path: Path):
-    """``synth_edited(catalog=fn, environment=fn, env="dev")`` -> templates by stack name."""
-
-    def run(env: str = "dev", **edits) -> dict[str, dict]:
-        catalog, environments = edited_config(tmp_path, env, **edits)
-        return synth_in_process(catalog, environments, env)
-
-    return run
 
 
 def resources(template: dict, rtype: str) -> dict[str, dict]:
@@ -165,11 +131,6 @@ def resolve(
         text = value["Fn::Sub"]
         return re.sub(r"\$\{([^}]+)\}", lambda m: pseudo[m[1]], text)
     raise AssertionError(f"cannot resolve {value} offline")
-
-
-@pytest.fixture(scope="session")
-def dev_templates(assemblies) -> dict[str, dict]:
-    return assemblies["dev"].templates
 
 
 def policy_arns(template: dict) -> set[str]:
