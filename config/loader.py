@@ -33,6 +33,7 @@ from config.schema import (
     cap_problem,
 )
 from config.tasks import TaskProfile, headline
+from contracts.routing import CanaryRoute, QuotaLimits, Route, RoutingTable
 
 CONFIG_DIR = Path(__file__).resolve().parent
 CATALOG_PATH = CONFIG_DIR / "adapters.yaml"
@@ -397,65 +398,48 @@ class Deployment:
                 return a
         raise KeyError(name)
 
-    def routing_table(self) -> dict[str, Any]:
+    def routing_table(self) -> RoutingTable:
         """What the router ships with: adapter name -> component and who may call it."""
-        return {
-            "endpoint": self.endpoint_name,
-            "base_component": self.base_component_name,
-            "base_revision": self.base.revision,
-            **({"operators": list(self.env.router.operators)} if self.env.router.operators else {}),
-            "adapters": {
-                a.name: {
-                    "component": a.serving_component,
-                    "version": a.entry.version,
-                    "task": a.entry.task,
-                    "description": a.entry.description,
-                    "tenants": list(a.entry.allow.tenants),
-                    "principals": list(a.entry.allow.principals),
-                    "cache": a.entry.cache,
-                    # The pinned digests: part of the router's cache key, and the weights' one
-                    # is compared with the artifact each answer reports.
-                    **({"sha256": a.entry.sha256} if a.entry.sha256 else {}),
-                    **(
-                        {"weights_sha256": a.entry.weights_sha256} if a.entry.weights_sha256 else {}
-                    ),
-                    **_quota(a.entry),
-                    **_schema(a.entry),
-                    **_canary(a),
-                }
-                for a in self.adapters
-            },
-        }
+        return RoutingTable(
+            endpoint=self.endpoint_name,
+            base_component=self.base_component_name,
+            base_revision=self.base.revision,
+            operators=tuple(self.env.router.operators),
+            adapters={a.name: _route(a) for a in self.adapters},
+        )
 
 
-def _canary(a: ResolvedAdapter) -> dict[str, Any]:
-    """The entry's canary for the routing table (``lambda_proxy.canary`` reads it)."""
-    c = a.entry.canary
-    if c is None:
-        return {}
-    pins = {k: v for k, v in (("sha256", c.sha256), ("weights_sha256", c.weights_sha256)) if v}
-    return {
-        "canary": {
-            "component": a.canary_component_name,
-            "version": c.version,
-            "weight": c.weight,
-            "max_error_rate": c.max_error_rate,
-            "window_s": c.window_s,
-            "min_requests": c.min_requests,
-            **pins,
-        }
-    }
-
-
-def _schema(entry: AdapterEntry) -> dict[str, Any]:
-    """The entry's default JSON schema for the routing table, when it names one."""
-    doc = entry.json_schema_document
-    return {"json_schema": doc} if doc is not None else {}
-
-
-def _quota(entry: AdapterEntry) -> dict[str, Any]:
-    """An entry's own quota for the routing table, when it has one."""
-    return {"quota": entry.quota.model_dump(exclude_none=True)} if entry.quota else {}
+def _route(a: ResolvedAdapter) -> Route:
+    entry, c = a.entry, a.entry.canary
+    canary = None
+    if c is not None:
+        canary = CanaryRoute(
+            component=a.canary_component_name,
+            version=c.version,
+            weight=c.weight,
+            max_error_rate=c.max_error_rate,
+            window_s=c.window_s,
+            min_requests=c.min_requests,
+            sha256=c.sha256,
+            weights_sha256=c.weights_sha256,
+        )
+    quota = entry.quota.model_dump(exclude_none=True) if entry.quota else None
+    return Route(
+        component=a.serving_component,
+        version=entry.version,
+        task=entry.task,
+        description=entry.description,
+        tenants=tuple(entry.allow.tenants),
+        principals=tuple(entry.allow.principals),
+        cache=entry.cache,
+        # The pinned digests: part of the router's cache key, and the weights' one is compared
+        # with the artifact each answer reports.
+        sha256=entry.sha256,
+        weights_sha256=entry.weights_sha256,
+        quota=QuotaLimits(**quota) if quota else None,
+        json_schema=entry.json_schema_document,
+        canary=canary,
+    )
 
 
 def load_environment(name: str, directory: Path = ENVIRONMENTS_DIR) -> Environment:

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from contracts.requests import MAX_SCHEMA_BYTES
+from contracts.routing import RoutingTable
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,10 @@ class RouterSettings(EnvSettings):
     (``lambda_proxy/routing_table.json``), and the router passes it in.
     """
 
-    routing_table: dict[str, Any] = Field(default_factory=dict)
+    #: The default routes nothing: no adapter is known, so every request is a 404.
+    routing_table: RoutingTable = Field(
+        default_factory=lambda: RoutingTable(endpoint="", base_component="")
+    )
     max_new_tokens_cap: Annotated[int, Env("MAX_NEW_TOKENS_CAP"), Field(ge=1)] = 512
     max_stop_sequences: Annotated[int, Env("MAX_STOP_SEQUENCES"), Field(ge=0)] = 4
     max_body_bytes: Annotated[int, Env("MAX_BODY_BYTES"), Field(ge=1024)] = 262144

@@ -13,14 +13,14 @@ template and the dependency install runs once per requirements change, not once 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+
+from contracts.routing import RoutingTable
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "lambda_proxy"
@@ -53,8 +53,8 @@ def _sources() -> list[Path]:
     return [p for package in PACKAGES for p in sorted(package.glob("*.py")) if p.is_file()]
 
 
-def table_bytes(routing_table: dict[str, Any]) -> bytes:
-    return json.dumps(routing_table, indent=1, sort_keys=True).encode()
+def table_bytes(routing_table: RoutingTable) -> bytes:
+    return routing_table.dumps().encode()
 
 
 def dependencies() -> Path:
@@ -105,7 +105,7 @@ def dependencies() -> Path:
     return target
 
 
-def router_bundle(routing_table: dict[str, Any]) -> tuple[Path, str]:
+def router_bundle(routing_table: RoutingTable) -> tuple[Path, str]:
     """Directory holding the Lambda's code, and the asset hash that names it."""
     table = table_bytes(routing_table)
     parts = [

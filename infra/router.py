@@ -74,6 +74,14 @@ def caller_accounts(dep: Deployment) -> list[str]:
 
 
 class Router(Construct):
+    """The router: its function, the REST API in front of it, and the WAF in front of that.
+
+    Each part is built by a method of this one construct rather than a construct of its own:
+    a resource moved under a child construct gets a new logical id, which CloudFormation meets
+    by replacing it (a new function, a new API and with it a new URL for every client), and
+    ``ops.replacements`` refuses such a change.
+    """
+
     def __init__(
         self,
         scope: Construct,
@@ -88,20 +96,36 @@ class Router(Construct):
         cache_secret_arn: str,
     ) -> None:
         super().__init__(scope, id)
-        env, r = dep.env, dep.env.router
-        stack = Stack.of(self)
-        removal = removal_policy(env)
-        keep = retention(env.observability.log_retention_days)
-        self.function_name = f"{env.prefix}-router"
+        self.dep, self.key = dep, key
+        self.function_name = f"{dep.env.prefix}-router"
+        self._function(vpc, subnets, security_group, cache_url, cache_secret_arn)
+        self._api()
+        self._waf()
 
-        self.log_group = logs.LogGroup(
+    def _log_group(self, cid: str, name: str | None = None) -> logs.LogGroup:
+        env = self.dep.env
+        return logs.LogGroup(
             self,
-            "FunctionLogs",
-            log_group_name=f"/aws/lambda/{self.function_name}",
-            retention=keep,
-            encryption_key=key,
-            removal_policy=removal,
+            cid,
+            log_group_name=name,
+            retention=retention(env.observability.log_retention_days),
+            encryption_key=self.key,
+            removal_policy=removal_policy(env),
         )
+
+    def _function(
+        self,
+        vpc: ec2.IVpc,
+        subnets: ec2.SubnetSelection,
+        security_group: ec2.ISecurityGroup,
+        cache_url: str,
+        cache_secret_arn: str,
+    ) -> None:
+        """The function (the router's bundle behind AWS's Lambda Web Adapter), its role and
+        log group, and the alias the API calls."""
+        dep, key, stack = self.dep, self.key, Stack.of(self)
+        env, r = dep.env, dep.env.router
+        self.log_group = self._log_group("FunctionLogs", f"/aws/lambda/{self.function_name}")
         self.role = iam.Role(
             self,
             "Role",
@@ -172,9 +196,12 @@ class Router(Construct):
             provisioned_concurrent_executions=r.provisioned_concurrency or None,
         )
 
-        self.access_logs = logs.LogGroup(
-            self, "AccessLogs", retention=keep, encryption_key=key, removal_policy=removal
-        )
+    def _api(self) -> None:
+        """The REST API (IAM-signed, regional, resource policy by account), its stage's access
+        logs, and the routes; streams pass through (``ResponseTransferMode.STREAM``)."""
+        dep, stack = self.dep, Stack.of(self)
+        env, r = dep.env, dep.env.router
+        self.access_logs = self._log_group("AccessLogs")
         accounts = [stack.account, *caller_accounts(dep)]
         self.api = apigw.RestApi(
             self,
@@ -285,15 +312,12 @@ class Router(Construct):
         )
         self.url = self.api.url_for_path("/")
 
-        self.waf_logs = logs.LogGroup(
-            self,
-            "WafLogs",
-            log_group_name=f"aws-waf-logs-{env.prefix}-router",
-            retention=keep,
-            encryption_key=key,
-            removal_policy=removal,
-        )
-        self.web_acl = web_acl(self, env.prefix, r.waf_rate_limit_per_5min)
+    def _waf(self) -> None:
+        """AWS WAF on the stage (``web_acl``: a per-IP rate limit and AWS's known-bad-inputs
+        rules), with its own log group."""
+        env, stack = self.dep.env, Stack.of(self)
+        self.waf_logs = self._log_group("WafLogs", f"aws-waf-logs-{env.prefix}-router")
+        self.web_acl = web_acl(self, env.prefix, env.router.waf_rate_limit_per_5min)
         wafv2.CfnWebACLAssociation(
             self,
             "WafAssociation",

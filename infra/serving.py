@@ -160,6 +160,11 @@ class Image:
 
 
 class Serving(Construct):
+    """The endpoint, its base component and the merged entries' components.
+
+    Each part is built by a method of this one construct (not a construct of its own, which
+    would give its resources new logical ids and so replace them; see ``infra.router``)."""
+
     def __init__(
         self,
         scope: Construct,
@@ -173,13 +178,20 @@ class Serving(Construct):
         bucket: s3.IBucket,
     ) -> None:
         super().__init__(scope, id)
-        env, s = dep.env, dep.env.serving
-        stack = Stack.of(self)
+        self.dep = dep
         self.endpoint_name = dep.endpoint_name
         self.base_component_name = dep.base_component_name
+        self._log_groups(key)
+        self._execution_role(key, bucket)
+        self._endpoint(vpc, subnets, security_group, key)
+        self._rollback_alarms()
+        self._base_component()
+        self._merged_components(bucket)
 
-        # Containers of an inference-component endpoint log to the component's group; it is
-        # created here, before SageMaker would, to set retention and encryption on it.
+    def _log_groups(self, key: kms.IKey) -> None:
+        """Containers of an inference-component endpoint log to the component's group; it is
+        created here, before SageMaker would, to set retention and encryption on it."""
+        dep, env = self.dep, self.dep.env
         self.log_groups = [
             logs.LogGroup(
                 self,
@@ -199,11 +211,15 @@ class Serving(Construct):
                 strict=True,
             )
         ]
+
+    def _execution_role(self, key: kms.IKey, bucket: s3.IBucket) -> None:
+        """The role SageMaker runs the containers with, and the model of the base."""
+        dep, stack = self.dep, Stack.of(self)
         self.role = iam.Role(
             self,
             "ExecutionRole",
             assumed_by=sagemaker_principal(stack),
-            description=f"{env.prefix}: SageMaker endpoint execution role",
+            description=f"{dep.env.prefix}: SageMaker endpoint execution role",
         )
         self.image = Image(self, dep)
         self.policy = execution_policy(
@@ -214,6 +230,16 @@ class Serving(Construct):
             f"{BASE_PREFIX}{dep.base_key}/{dep.base.revision}/"
         )
         self.model = self._model("Model", model_data, container_environment(dep))
+
+    def _endpoint(
+        self,
+        vpc: ec2.IVpc,
+        subnets: ec2.SubnetSelection,
+        security_group: ec2.ISecurityGroup,
+        key: kms.IKey,
+    ) -> None:
+        """The endpoint and its config: one variant, in the VPC, network-isolated."""
+        s = self.dep.env.serving
         # CreateEndpointConfig's EnableNetworkIsolation and VpcConfig (botocore's sagemaker
         # model): "whether all model containers deployed to the endpoint are isolated" and the
         # VPC the hosted models reach. Every property here is create-only; the config has no
@@ -265,6 +291,9 @@ class Serving(Construct):
             endpoint_name=self.endpoint_name,
             endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
         )
+
+    def _rollback_alarms(self) -> None:
+        dep = self.dep
         # The alarms a rolling update of the base component watches: any 5xx during the rollout
         # sends the copies back to the previous model. Both the endpoint's and the base
         # component's own metric (AWS's rolling-update example for inference components uses
@@ -317,6 +346,9 @@ class Serving(Construct):
                     "SageMaker's rolling update reads this alarm's state to roll back; the "
                     "observability stack's endpoint 5xx alarm notifies on-call.",
                 )
+
+    def _base_component(self) -> None:
+        dep = self.dep
         self.base_component = self._component(
             "BaseComponent",
             self.base_component_name,
@@ -328,6 +360,8 @@ class Serving(Construct):
             self.base_component.node.add_dependency(group)
         self._copies("BaseCopies", self.base_component, dep)
 
+    def _merged_components(self, bucket: s3.IBucket) -> None:
+        dep = self.dep
         # The merged entries: each its own model (the merged weights, no LoRA), component and
         # scaling on this endpoint (seed 002's "dedicated serving path"); the router sends the
         # entry's requests there (its routing-table component).

@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from contracts.routing import Route
+
 _ASSUMED = re.compile(
     r"^arn:(?P<p>aws[a-z-]*):sts::(?P<acct>\d{12}):assumed-role/(?P<role>[^/]+)/.+$"
 )
@@ -87,12 +89,12 @@ def qualified(tenant: str, own_account: str | None) -> str | None:
     return f"{own_account}:{tenant}" if own_account else None
 
 
-def allowed(caller: Caller, route: dict[str, Any]) -> bool:
-    if any(p in (route.get("principals") or []) for p in caller.principals):
+def allowed(caller: Caller, route: Route) -> bool:
+    if any(p in route.principals for p in caller.principals):
         return True
     if caller.tenant is None or caller.account is None:
         return False
-    for entry in route.get("tenants") or []:
+    for entry in route.tenants:
         q = qualified(str(entry), caller.own_account)
         if q is not None and q in (caller.tenant, f"{caller.account}:*"):
             return True

@@ -1,4 +1,4 @@
-"""Canary routing: which version of an adapter serves a request, and the router's own rollback.
+"""CanaryRoute routing: which version of an adapter serves a request, and the router's own rollback.
 
 A catalog entry's ``canary`` is a second version with an adapter component of its own; the
 stable component is never touched while it runs. The router sends it ``weight`` percent of
@@ -31,6 +31,7 @@ from typing import Any
 
 import redis
 
+from contracts.routing import CanaryRoute
 from lambda_proxy.quota import BREAKER_S
 
 #: How long a session key keeps its version after its last request, in seconds.
@@ -85,35 +86,6 @@ return {req, err, 0}
 
 
 @dataclass(frozen=True)
-class Canary:
-    """A routing table's ``canary`` (``config.loader``): the second version of one adapter."""
-
-    component: str
-    version: str
-    weight: int
-    max_error_rate: float
-    window_s: int
-    min_requests: int
-    sha256: str | None = None
-    weights_sha256: str | None = None
-
-    @classmethod
-    def of(cls, raw: Any) -> Canary | None:
-        if not isinstance(raw, dict):
-            return None
-        return cls(
-            str(raw["component"]),
-            str(raw["version"]),
-            int(raw["weight"]),
-            float(raw["max_error_rate"]),
-            int(raw["window_s"]),
-            int(raw["min_requests"]),
-            raw.get("sha256"),
-            raw.get("weights_sha256"),
-        )
-
-
-@dataclass(frozen=True)
 class Outcome:
     """One canary answer counted: the window's figures, and whether this one rolled it back."""
 
@@ -140,7 +112,7 @@ class LocalCanaries:
         self._windows: dict[str, list[int]] = {}
         self._off: set[str] = set()
 
-    def choose(self, base: str, canary: Canary, session: str | None) -> bool | None:
+    def choose(self, base: str, canary: CanaryRoute, session: str | None) -> bool | None:
         with self._lock:
             if base in self._off:
                 return None
@@ -155,7 +127,7 @@ class LocalCanaries:
         with self._lock:
             self._off.add(base)
 
-    def record(self, base: str, window: str, canary: Canary, failed: bool) -> Outcome:
+    def record(self, base: str, window: str, canary: CanaryRoute, failed: bool) -> Outcome:
         with self._lock:
             if base in self._off:
                 return Outcome(0, 0, False)
@@ -182,7 +154,7 @@ class Canaries:
         self._skip_until = 0.0
 
     @staticmethod
-    def _base(adapter: str, canary: Canary) -> str:
+    def _base(adapter: str, canary: CanaryRoute) -> str:
         return f"lora:canary:v1:{adapter}:{canary.version}"
 
     def _redis(self, script: Any, keys: list[str], args: list[Any]) -> Any:
@@ -195,7 +167,7 @@ class Canaries:
             self._skip_until = time.monotonic() + BREAKER_S
             return None
 
-    def choose(self, adapter: str, canary: Canary, tenant: str, session: str | None) -> bool:
+    def choose(self, adapter: str, canary: CanaryRoute, tenant: str, session: str | None) -> bool:
         """Whether this request goes to the canary. ``session``: the caller's key (None: the
         request is a session of its own); keys are per tenant, so tenants cannot steer each
         other's assignment."""
@@ -212,7 +184,7 @@ class Canaries:
         return int(got) == 1
 
     def record(
-        self, adapter: str, canary: Canary, failed: bool, now: float | None = None
+        self, adapter: str, canary: CanaryRoute, failed: bool, now: float | None = None
     ) -> Outcome:
         """Count one canary answer (``failed``: a 5xx) in its window."""
         now = time.time() if now is None else now

@@ -24,6 +24,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from contracts.requests import Text
+from contracts.routing import Route
 from lambda_proxy import service
 from lambda_proxy.auth import Caller
 from lambda_proxy.schema import GenerateRequest
@@ -209,7 +210,7 @@ def _native(req: _OpenAIRequest, prompt: dict[str, Any]) -> dict[str, Any]:
 
 def authorize(
     call: Call, req: _OpenAIRequest, prompt: dict[str, Any]
-) -> tuple[Caller, dict[str, Any], GenerateRequest]:
+) -> tuple[Caller, Route, GenerateRequest]:
     """The caller and route for ``model``, and the native request: the native checks."""
     try:
         caller, route = service.authorize(call, req.model)

@@ -24,9 +24,10 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import redis
+
+from contracts.routing import QuotaLimits
 
 #: The limits are per minute; a bucket refills its capacity over this many seconds.
 WINDOW_S = 60
@@ -81,10 +82,11 @@ class Limits:
     tokens_per_minute: int | None = None
 
     @classmethod
-    def of(cls, raw: Any) -> Limits | None:
-        if not isinstance(raw, dict):
+    def of(cls, quota: QuotaLimits | None) -> Limits | None:
+        """An entry's own limits (its route's ``quota``), when it has any."""
+        if quota is None:
             return None
-        return cls(raw.get("requests_per_minute"), raw.get("tokens_per_minute"))
+        return cls(quota.requests_per_minute, quota.tokens_per_minute)
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,11 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import ValidationError
 
+from contracts.routing import CanaryRoute, Route
 from contracts.settings import RouterSettings
 from lambda_proxy.auth import Caller, allowed, caller_from_event
 from lambda_proxy.cache import CacheUnavailableError, ResponseCache, cache_key
-from lambda_proxy.canary import Canaries, Canary
+from lambda_proxy.canary import Canaries
 from lambda_proxy.quota import Limits, Quotas, prompt_tokens_estimate
 from lambda_proxy.sagemaker import InvokeError, container_error, invoke, make_client
 from lambda_proxy.schema import GenerateRequest
@@ -170,7 +171,7 @@ def caller_of(call: Call) -> Caller:
 
 
 def is_operator(caller: Caller) -> bool:
-    return bool(caller.principals & set(deps().settings.routing_table.get("operators") or ()))
+    return bool(caller.principals & set(deps().settings.routing_table.operators))
 
 
 def health(call: Call) -> dict[str, Any]:
@@ -179,35 +180,31 @@ def health(call: Call) -> dict[str, Any]:
     if not is_operator(caller_of(call)):
         return {"status": "ok"}
     table = deps().settings.routing_table
-    return {
-        "status": "ok",
-        "adapters": len(table.get("adapters", {})),
-        "endpoint": table.get("endpoint"),
-    }
+    return {"status": "ok", "adapters": len(table.adapters), "endpoint": table.endpoint}
 
 
 def visible_adapters(call: Call) -> list[dict[str, Any]]:
     """The adapters this caller may use (operators: every adapter)."""
     caller = caller_of(call)
-    routes = deps().settings.routing_table.get("adapters", {})
+    routes = deps().settings.routing_table.adapters
     operator = is_operator(caller)
     return [
         {
             "name": name,
-            "version": r.get("version"),
-            "task": r.get("task"),
-            "description": r.get("description", ""),
+            "version": r.version,
+            "task": r.task,
+            "description": r.description,
         }
         for name, r in sorted(routes.items())
         if operator or allowed(caller, r)
     ]
 
 
-def authorize(call: Call, adapter: str) -> tuple[Caller, dict[str, Any]]:
+def authorize(call: Call, adapter: str) -> tuple[Caller, Route]:
     """Identity first, and one answer for "no such adapter" and "not yours": names cannot be
     listed by probing, with or without credentials."""
     caller = caller_of(call)
-    route = deps().settings.routing_table.get("adapters", {}).get(adapter)
+    route = deps().settings.routing_table.adapters.get(adapter)
     if route is None or not (allowed(caller, route) or is_operator(caller)):
         _buffered("UnknownAdapter" if route is None else "Forbidden")
         raise RouterError(404, f"unknown adapter {adapter[:64]!r}", code="UnknownAdapter")
@@ -262,7 +259,7 @@ def validate(data: Any) -> GenerateRequest:
         raise _invalid("body", str(exc)) from None
 
 
-def check_native(call: Call, adapter: str) -> tuple[Caller, dict[str, Any], GenerateRequest]:
+def check_native(call: Call, adapter: str) -> tuple[Caller, Route, GenerateRequest]:
     """The native route's checks, in their order (identity first, so an unknown adapter and
     a forbidden one look the same): the caller, its route and the validated request."""
     caller, route = authorize(call, adapter)
@@ -282,7 +279,7 @@ class Prepared:
     #: The weights' sha256 the catalog pins (None before the adapter is published).
     weights_sha256: str | None = None
     #: The canary this request was sent to (None: the stable version serves it).
-    canary: Canary | None = None
+    canary: CanaryRoute | None = None
     #: For a canary's request, the stable version's: what serves it when the canary's component
     #: is not there (``CANARY_ABSENT``).
     fallback: Prepared | None = None
@@ -330,23 +327,30 @@ def payload_of(req: GenerateRequest) -> dict[str, Any]:
 
 
 def _version(
-    adapter: str, who: str, route: dict[str, Any], session: str | None
-) -> tuple[dict[str, Any], Canary | None]:
+    adapter: str, who: str, route: Route, session: str | None
+) -> tuple[Route, CanaryRoute | None]:
     """The route of the version that serves this request: the canary's (its component, version
     and digests) for its share of session keys while it is not rolled back, else the stable
     one's."""
-    canary = Canary.of(route.get("canary"))
+    canary = route.canary
     if canary is None or not deps().canaries.choose(adapter, canary, who, session):  # type: ignore[union-attr]
         return route, None
-    pins = {"sha256": canary.sha256, "weights_sha256": canary.weights_sha256}
-    return {**route, "component": canary.component, "version": canary.version, **pins}, canary
+    served = route.model_copy(
+        update={
+            "component": canary.component,
+            "version": canary.version,
+            "sha256": canary.sha256,
+            "weights_sha256": canary.weights_sha256,
+        }
+    )
+    return served, canary
 
 
 def prepare(
     call: Call,
     adapter: str,
     caller: Caller,
-    route: dict[str, Any],
+    route: Route,
     req: GenerateRequest,
     session: str | None = None,
 ) -> Prepared:
@@ -355,9 +359,9 @@ def prepare(
     OpenAI ``user``, a session key when no ``X-Session-Key`` header names one."""
     table = deps().settings.routing_table
     who = caller.tenant or caller.arn
-    charge(who, adapter, req, Limits.of(route.get("quota")))
+    charge(who, adapter, req, Limits.of(route.quota))
     served, canary = _version(adapter, who, route, session_key(call, session))
-    revision = str(table.get("base_revision", ""))
+    revision = table.base_revision or ""
     prep = _prepared(adapter, who, served, req, revision, canary)
     if canary is not None:
         prep.fallback = _prepared(adapter, who, route, req, revision)
@@ -367,34 +371,34 @@ def prepare(
 def _prepared(
     adapter: str,
     who: str,
-    route: dict[str, Any],
+    route: Route,
     req: GenerateRequest,
     base_revision: str,
-    canary: Canary | None = None,
+    canary: CanaryRoute | None = None,
 ) -> Prepared:
     """One version's payload and cache key."""
     payload = payload_of(req)
     # The catalog's default schema for this adapter (sales-json's record), unless the request
     # names its own; before the cache key, so the key holds the schema that was decoded to.
-    if req.parameters.json_schema is None and isinstance(route.get("json_schema"), dict):
-        payload["parameters"]["json_schema"] = route["json_schema"]
-    version = str(route.get("version", ""))
+    if req.parameters.json_schema is None and route.json_schema is not None:
+        payload["parameters"]["json_schema"] = route.json_schema
+    version = route.version
     # Whose answers a cached answer may be shown to: the caller's tenant alone (the default: an
     # identical prompt from another tenant must not reveal what this one asked), everyone
     # (``shared``), or nobody (``off``).
-    mode = route.get("cache", "tenant")
+    mode = route.cache
     scope = "*" if mode == "shared" else who
-    weights = route.get("weights_sha256")
-    pins = f"{route.get('sha256') or ''}/{weights or ''}"
+    weights = route.weights_sha256
+    pins = f"{route.sha256 or ''}/{weights or ''}"
     key = cache_key(adapter, version, base_revision, payload, scope, pins)
     return Prepared(
         adapter,
         version,
-        route["component"],
+        route.component,
         payload,
         key,
         cacheable=req.parameters.deterministic and mode != "off",
-        weights_sha256=weights if isinstance(weights, str) else None,
+        weights_sha256=weights,
         canary=canary,
     )
 
@@ -438,7 +442,7 @@ def serve(
     call: Call,
     adapter: str,
     caller: Caller,
-    route: dict[str, Any],
+    route: Route,
     req: GenerateRequest,
     t0: float,
     session: str | None = None,
@@ -483,7 +487,7 @@ def _invoke(prep: Prepared) -> dict[str, Any]:
         return complete_answer(
             invoke(
                 deps().client,
-                s.routing_table["endpoint"],
+                s.routing_table.endpoint,
                 prep.component,
                 prep.payload,
                 deadline_s=s.invoke_deadline_s,

@@ -8,23 +8,22 @@ gives one).
 
 from __future__ import annotations
 
-import json
 import os
 from functools import cache
 from pathlib import Path
-from typing import Any
 
+from contracts.routing import RoutingTable
 from contracts.settings import RouterSettings
 
 
-def _table() -> dict[str, Any]:
+def _table() -> RoutingTable:
     raw = os.environ.get("ROUTING_TABLE_JSON")
     if raw:
-        return json.loads(raw)
+        return RoutingTable.loads(raw)
     path = Path(
         os.environ.get("ROUTING_TABLE_FILE", Path(__file__).with_name("routing_table.json"))
     )
-    return json.loads(path.read_text())
+    return RoutingTable.loads(path.read_bytes())
 
 
 @cache

@@ -34,6 +34,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from contracts.routing import Route
 from lambda_proxy import handler, openai_api, service
 from lambda_proxy.sagemaker import InvokeError, open_stream, stream_lines
 from lambda_proxy.service import Call, RouterError
@@ -87,7 +88,7 @@ def _admit(
     call: Call,
     adapter: str,
     caller: Any,
-    route: dict[str, Any],
+    route: Route,
     req: Any,
     t0: float,
     session: str | None = None,
@@ -119,7 +120,7 @@ class Stream:
         try:
             self._body = open_stream(
                 d.stream_client,
-                s.routing_table["endpoint"],
+                s.routing_table.endpoint,
                 prep.component,
                 prep.payload,
                 deadline_s=s.stream_deadline_s,
@@ -131,7 +132,7 @@ class Stream:
             self.plan.prep = prep.fallback
             self._body = open_stream(
                 d.stream_client,
-                s.routing_table["endpoint"],
+                s.routing_table.endpoint,
                 prep.fallback.component,
                 prep.fallback.payload,
                 deadline_s=s.stream_deadline_s,

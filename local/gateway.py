@@ -198,7 +198,7 @@ class LocalGateway:
             self.table = table
             self.client = make_client(s.sagemaker_endpoint_url, s.region, s.invoke_deadline_s)
             configure(Dependencies(s, ResponseCache(self.store, s.cache_ttl_s), self.client))
-        return {"adapters": len(table.get("adapters", {}))}
+        return {"adapters": len(table.adapters)}
 
     def flush(self, adapters: list[str]) -> int:
         """Drop cached answers of adapters whose artifact changed under the same version.
@@ -242,7 +242,7 @@ class LocalGateway:
         with HANDLER_LOCK:  # the handler's metrics buffer is per process
             payload = prepare_base(caller, data)
         t0 = time.perf_counter()
-        result = invoke(self.client, self.table["endpoint"], self.table["base_component"], payload)
+        result = invoke(self.client, self.table.endpoint, self.table.base_component, payload)
         return {
             "output": result.get("generated_text"),
             "usage": result.get("usage"),
@@ -262,30 +262,30 @@ def _catalog_view(gateway: LocalGateway) -> dict[str, Any]:
     if gateway.catalog_file is not None:
         entries = {a.name: a for a in load_catalog(gateway.catalog_file).adapters}
     adapters, tasks = [], {}
-    for name, route in sorted(gateway.table.get("adapters", {}).items()):
+    for name, route in sorted(gateway.table.adapters.items()):
         entry = entries.get(name)
-        profile = entry.profile() if entry is not None else TASK_PROFILES.get(route["task"])
+        profile = entry.profile() if entry is not None else TASK_PROFILES.get(route.task)
         if profile is None:  # a task of the entry's own, whose entry this gateway cannot read
             continue
         adapters.append(
             {
                 "name": name,
-                "version": route.get("version"),
-                "task": route.get("task"),
-                "description": route.get("description", ""),
-                "component": route.get("component"),
+                "version": route.version,
+                "task": route.task,
+                "description": route.description,
+                "component": route.component,
                 "rank": profile.rank,
                 "alpha": profile.alpha,
                 "targets": profile.targets,
                 "dropout": profile.dropout,
             }
         )
-        if route["task"] not in tasks:
-            tasks[route["task"]] = {
+        if route.task not in tasks:
+            tasks[route.task] = {
                 "instruction": profile.instruction,
-                "samples": _samples(route["task"], entry),
+                "samples": _samples(route.task, entry),
             }
-    return {"adapters": adapters, "tasks": tasks, "base": gateway.table.get("base_component")}
+    return {"adapters": adapters, "tasks": tasks, "base": gateway.table.base_component}
 
 
 def _samples(task: str, entry: Any, n: int = 5) -> list[str]:
@@ -334,8 +334,8 @@ def availability(gateway: LocalGateway, registered: list[dict[str, Any]]) -> dic
     online = {a.get("name") for a in registered}
     training = read_status(gateway.state_dir).get("adapters", {}) if gateway.state_dir else {}
     out: dict[str, Any] = {}
-    for name, route in gateway.table.get("adapters", {}).items():
-        if route.get("component") in online:
+    for name, route in gateway.table.adapters.items():
+        if route.component in online:
             out[name] = {"state": "online"}
             if (training.get(name) or {}).get("publishable") is False:
                 out[name]["publishable"] = False  # served with --serve-unpublishable
@@ -401,7 +401,7 @@ def create_app(gateway: LocalGateway) -> ApiGateway:
                 "max_cpu_loras": adapters.get("max_cpu_loras"),
                 "adapters": adapters.get("adapters"),
                 "cache": gateway.cache_mode,
-                "endpoint": gateway.table.get("endpoint"),
+                "endpoint": gateway.table.endpoint,
                 "availability": availability(gateway, adapters.get("adapters") or []),
             }
         )

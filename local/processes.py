@@ -269,10 +269,7 @@ def reap(pid: int) -> None:
 def write_routing_table(dep: Deployment, state_dir: Path) -> Path:
     """The table the router ships with (``Deployment.routing_table()``), for the gateway."""
     path = state_dir / "routing_table.json"
-    table = dep.routing_table()
-    for route in table["adapters"].values():
-        # A canary's own component is SageMaker's; the local endpoint serves each entry's
-        # stable version, so no share of requests may be sent to a component it lacks.
-        route.pop("canary", None)
-    path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    # A canary's own component is SageMaker's; the local endpoint serves each entry's stable
+    # version, so no share of requests may be sent to a component it lacks.
+    path.write_text(dep.routing_table().without_canaries().dumps() + "\n")
     return path

@@ -188,7 +188,7 @@ def test_overrides_replace_profile_fields() -> None:
 
 
 def test_routing_table_maps_names_to_prefixed_components() -> None:
-    table = load_deployment("dev").routing_table()
+    table = load_deployment("dev").routing_table().as_json()
     assert table["endpoint"] == "lora-dev-endpoint"
     assert table["adapters"]["sales-json"]["component"] == "lora-dev-sales-json"
     assert table["adapters"]["sales-json"]["tenants"] == ["sales-ops", "demo"]

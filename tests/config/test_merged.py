@@ -36,7 +36,7 @@ def test_a_merged_entry_routes_to_a_base_component_of_its_own(tmp_path) -> None:
     dep = load_deployment("dev", path, _environments(tmp_path, 5))
     a = dep.adapters[0]
     assert a.merged and a.serving_component == f"{a.component_name}-merged"
-    assert dep.routing_table()["adapters"][a.name]["component"] == a.serving_component
+    assert dep.routing_table().as_json()["adapters"][a.name]["component"] == a.serving_component
     assert a.component_names == (a.serving_component,)
     others = dep.adapters[1:]
     assert all(not o.merged and o.serving_component == o.component_name for o in others)

@@ -41,7 +41,7 @@ def test_a_canary_loads_and_the_routing_table_routes_its_share(tmp_path) -> None
     dep = load_deployment("dev", path, ENVIRONMENTS_DIR)
     a = dep.adapters[0]
     assert a.component_names == (a.component_name, f"{a.component_name}-canary")
-    route = dep.routing_table()["adapters"][a.name]
+    route = dep.routing_table().as_json()["adapters"][a.name]
     assert route["version"] == "1.0.0"
     assert route["canary"] == {
         "component": f"{a.component_name}-canary",

@@ -87,7 +87,10 @@ def test_a_merged_entry_has_a_base_component_and_model_of_its_own(merged) -> Non
 def test_the_router_sends_the_merged_adapter_to_its_component(merged) -> None:
     dep, templates = merged
     a = dep.adapters[0]
-    assert dep.routing_table()["adapters"][a.name]["component"] == f"lora-dev-{a.name}-merged"
+    assert (
+        dep.routing_table().as_json()["adapters"][a.name]["component"]
+        == f"lora-dev-{a.name}-merged"
+    )
     arns = policy_arns(templates["lora-dev-router"])
     component = "arn:aws:sagemaker:us-east-1:123456789012:inference-component/lora-dev-"
     assert f"{component}{a.name}-merged" in arns

@@ -35,9 +35,9 @@ def test_an_entrys_quota_and_cache_mode_are_in_the_routing_table(tmp_path) -> No
 
     catalog, environments = edited_config(tmp_path, catalog=cat)
     dep = load_deployment("dev", catalog, environments)
-    route = dep.routing_table()["adapters"][dep.adapters[0].name]
+    route = dep.routing_table().as_json()["adapters"][dep.adapters[0].name]
     assert route["quota"] == {"requests_per_minute": 5} and route["cache"] == "off"
-    other = dep.routing_table()["adapters"][dep.adapters[1].name]
+    other = dep.routing_table().as_json()["adapters"][dep.adapters[1].name]
     assert "quota" not in other and other["cache"] == "tenant"
 
 

@@ -157,10 +157,11 @@ def test_a_failing_canary_is_rolled_back_within_its_window_and_stable_never_fail
 
 def test_a_healthy_canary_is_not_rolled_back_by_a_few_errors(redis_client, canary_version) -> None:
     """One failure in 40 (2.5%) stays under a 5% threshold."""
-    from lambda_proxy.canary import Canaries, Canary
+    from contracts.routing import CanaryRoute
+    from lambda_proxy.canary import Canaries
 
     canaries = Canaries(redis_client)
-    c = Canary.of(_canary(canary_version))
+    c = CanaryRoute.model_validate(_canary(canary_version))
     assert c is not None
     results = [canaries.record("medical", c, failed=(i == 7), now=1000.0) for i in range(40)]
     assert not any(r.rolled_back for r in results)
@@ -258,10 +259,11 @@ def test_a_rolled_back_canary_stays_off_and_the_fallback_learns_it(
 ) -> None:
     """The switch has no TTL (the cache's volatile-lru eviction takes only keys with one), and
     an execution environment that saw it keeps the canary off when Redis goes away."""
-    from lambda_proxy.canary import Canaries, Canary
+    from contracts.routing import CanaryRoute
+    from lambda_proxy.canary import Canaries
 
     canaries = Canaries(redis_client)
-    c = Canary.of(_canary(canary_version, min_requests=2))
+    c = CanaryRoute.model_validate(_canary(canary_version, min_requests=2))
     assert c is not None
     assert [canaries.record("medical", c, failed=True).rolled_back for _ in range(2)] == [
         False,

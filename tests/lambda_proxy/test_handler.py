@@ -204,7 +204,9 @@ def test_cache_key_covers_adapter_version_and_base_revision() -> None:
 def test_an_operator_principal_may_call_every_adapter_and_no_one_else_gains(router) -> None:
     stub, _ = router
     settings = service.deps().settings
-    table = {**settings.routing_table, "operators": ["arn:aws:iam::123456789012:role/intruder"]}
+    table = settings.routing_table.model_copy(
+        update={"operators": ("arn:aws:iam::123456789012:role/intruder",)}
+    )
     service.configure(
         service.Dependencies(
             settings=RouterSettings(routing_table=table),
@@ -219,7 +221,7 @@ def test_an_operator_principal_may_call_every_adapter_and_no_one_else_gains(rout
     assert call(event(body=_body(), arn=stranger))[0] == 404
     status, listed = call(event("GET", "/v1/adapters", arn=OTHER_ROLE))
     assert status == 200
-    assert {a["name"] for a in listed["adapters"]} == set(table["adapters"])
+    assert {a["name"] for a in listed["adapters"]} == set(table.adapters)
 
 
 def _chat(**fields) -> dict:

@@ -78,13 +78,13 @@ def test_the_router_answers_429_with_retry_after_and_never_calls_sagemaker(
     stub, cache = router
     table = json.loads(json.dumps(TABLE))
     table["adapters"]["medical"]["quota"] = {"requests_per_minute": 1}
-    service.configure(
-        service.Dependencies(RouterSettings(routing_table=table), cache, sagemaker[0])
-    )
     # Quotas are per tenant (the role), so a role name no other run has spent.
     name = f"quota-{uuid.uuid4().hex[:8]}"
     role = f"arn:aws:sts::123456789012:assumed-role/{name}/s"
     table["adapters"]["medical"]["tenants"] = [name]
+    service.configure(
+        service.Dependencies(RouterSettings(routing_table=table), cache, sagemaker[0])
+    )
     stub.add_response("invoke_endpoint", model_answer())
     body = {"inputs": f"x {uuid.uuid4().hex}", "parameters": {"max_new_tokens": 4}}
     assert h.handler(event(body=body, arn=role), Context())["statusCode"] == 200

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from contracts.manifests import AdapterManifest, BaseManifest, BaseRef
+from contracts.routing import RoutingTable
 from local import trainer
 from local.artifacts import plan_adapters
 from local.options import Options
@@ -143,12 +144,16 @@ def test_an_adapter_served_without_passing_its_gate_is_shown_as_such(opts) -> No
     trainer.Status(opts.state_dir, []).set("style-formal", state="online", publishable=False)
     gateway = SimpleNamespace(
         state_dir=opts.state_dir,
-        table={
-            "adapters": {
-                "style-formal": {"component": "c-style"},
-                "sales-json": {"component": "c-sales"},
+        table=RoutingTable.model_validate(
+            {
+                "endpoint": "e",
+                "base_component": "b",
+                "adapters": {
+                    "style-formal": {"component": "c-style", "version": "1"},
+                    "sales-json": {"component": "c-sales", "version": "1"},
+                },
             }
-        },
+        ),
     )
     shown = availability(gateway, [{"name": "c-style"}, {"name": "c-sales"}])
     assert shown == {
