@@ -118,7 +118,9 @@ def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return f"{value:g}" if value == int(value) else repr(value)
+        # Exact both ways: "120" for a whole number, repr's shortest round-trip text otherwise
+        # (``:g`` would write 1234567.0 as 1.23457e+06).
+        return str(int(value)) if value.is_integer() else repr(value)
     return str(value)
 
 

@@ -23,6 +23,8 @@ def test_what_to_env_writes_from_env_reads_back() -> None:
         work_dir=Path("/srv/work"),
     )
     assert RuntimeSettings.from_env(runtime.to_env()) == runtime
+    exact = RuntimeSettings(request_timeout_s=1234567.0, max_expansion_ratio=float("inf"))
+    assert RuntimeSettings.from_env(exact.to_env()) == exact
     router = RouterSettings(
         max_new_tokens_cap=256,
         invoke_deadline_s=25.5,
