@@ -423,7 +423,6 @@ def _route(a: ResolvedAdapter) -> Route:
             sha256=c.sha256,
             weights_sha256=c.weights_sha256,
         )
-    quota = entry.quota.model_dump(exclude_none=True) if entry.quota else None
     return Route(
         component=a.serving_component,
         version=entry.version,
@@ -436,7 +435,8 @@ def _route(a: ResolvedAdapter) -> Route:
         # with the artifact each answer reports.
         sha256=entry.sha256,
         weights_sha256=entry.weights_sha256,
-        quota=QuotaLimits(**quota) if quota else None,
+        # An entry's quota that sets no limit routes as none.
+        quota=entry.quota if entry.quota != QuotaLimits() else None,
         json_schema=entry.json_schema_document,
         canary=canary,
     )

@@ -32,6 +32,7 @@ from config.tasks import (
     TaskProfile,
     custom_profile,
 )
+from contracts.routing import QuotaLimits
 from contracts.settings import RouterSettings, RuntimeSettings
 
 #: SageMaker's rule for endpoint, endpoint-config, model and inference-component names.
@@ -204,7 +205,7 @@ class AccessPolicy(_Strict):
         return v
 
 
-def cap_problem(quota: QuotaConfig | None, cap: int) -> str | None:
+def cap_problem(quota: QuotaLimits | None, cap: int) -> str | None:
     """Why ``quota`` could never admit a request at the token cap, if it could not: the router
     charges a request its ``max_new_tokens`` plus an estimate of its prompt, so a
     tokens-per-minute limit at or under the cap refuses every request at the cap (a 400)."""
@@ -216,13 +217,6 @@ def cap_problem(quota: QuotaConfig | None, cap: int) -> str | None:
             "cap"
         )
     return None
-
-
-class QuotaConfig(_Strict):
-    """Per-tenant limits per minute; a limit left out is not enforced."""
-
-    requests_per_minute: int | None = Field(default=None, ge=1)
-    tokens_per_minute: int | None = Field(default=None, ge=1)
 
 
 class TrainingOverrides(_Strict):
@@ -377,7 +371,7 @@ class AdapterEntry(_Published):
     _dataset_records: int | None = PrivateAttr(default=None)
     allow: AccessPolicy = Field(default_factory=AccessPolicy)
     pin: bool = False
-    quota: QuotaConfig | None = Field(
+    quota: QuotaLimits | None = Field(
         default=None, description="per-tenant limits on this adapter, besides the environment's"
     )
     cache: Literal["tenant", "shared", "off"] = Field(
@@ -721,8 +715,8 @@ class RouterConfig(_Strict):
         default_factory=list,
         description="IAM principal ARNs that may call every adapter (smoke checks, on-call)",
     )
-    quota: QuotaConfig = Field(
-        default_factory=QuotaConfig, description="per-tenant limits across every adapter"
+    quota: QuotaLimits = Field(
+        default_factory=QuotaLimits, description="per-tenant limits across every adapter"
     )
     throttle_rate: float = Field(default=50, gt=0)
     throttle_burst: int = Field(default=100, gt=0)
