@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from config.near_duplicates import near_duplicate_groups
+
 #: Suffixes a dataset file may have.
 FORMATS = (".jsonl", ".csv", ".parquet")
 #: An S3 object of one of those formats.
@@ -212,6 +214,30 @@ def _read_table(path: Path, problems: list[str]) -> list[Row]:
     return rows
 
 
+#: The most cross-part near-duplicates a file's own split is reported with (the rest counted).
+MAX_LEAKS_SHOWN = 5
+
+
+def split_leaks(rows: list[Row]) -> list[str]:
+    """A file's own split, checked: a record that is a near-duplicate (``near_duplicates``) of
+    a record in another part would let the adapter be tested on what it trained on."""
+    groups = near_duplicate_groups([(r.input, r.output) for r in rows])
+    first: dict[int, Row] = {}
+    leaks = []
+    for group, row in zip(groups, rows, strict=True):
+        seen = first.setdefault(group, row)
+        if seen.split != row.split:
+            leaks.append(
+                f"{row.where}: field 'split': {row.split!r}, but the record is a near-duplicate "
+                f"of {seen.where} in {seen.split!r} (the same text once digits, names and "
+                "punctuation are masked, or a shared run of words); put them in one part"
+            )
+    shown = leaks[:MAX_LEAKS_SHOWN]
+    if len(leaks) > len(shown):
+        shown.append(f"and {len(leaks) - len(shown)} more records near-duplicated across splits")
+    return shown
+
+
 def read_rows(path: Path, *, instruction: str | None = None) -> list[Row]:
     """Every record of a local dataset file, or ``DatasetFileError`` naming each bad one."""
     problems: list[str] = []
@@ -236,6 +262,8 @@ def read_rows(path: Path, *, instruction: str | None = None) -> list[Row]:
             have = sum(1 for r in labelled if r.split == part)
             if have < least:
                 problems.append(f"split {part!r} has {have} records, fewer than {least}")
+        if len(labelled) == len(rows):
+            problems += split_leaks(rows)
     if not problems and len(rows) < MIN_RECORDS:
         problems.append(f"{len(rows)} records, fewer than the minimum of {MIN_RECORDS}")
     if problems:

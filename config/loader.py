@@ -32,7 +32,7 @@ from config.schema import (
     PipelineConfig,
     cap_problem,
 )
-from config.tasks import TaskProfile, headline
+from config.tasks import TASK_PROFILES, TaskProfile, headline
 from contracts.routing import CanaryRoute, QuotaLimits, Route, RoutingTable
 
 CONFIG_DIR = Path(__file__).resolve().parent
@@ -503,6 +503,18 @@ def resolve(catalog: Catalog, env: Environment, catalog_file: str, env_dir: str)
 
     for name in sorted(set(env.training.adapters) - set(by_name)):
         issues.append(Issue(env_file, env_label, "training.adapters", f"unknown adapter {name!r}"))
+    # Tasks are the built-in profiles and those the catalog's entries define (a custom task is
+    # known only once the catalog is read, so the environment's schema cannot check it alone).
+    tasks = set(TASK_PROFILES) | {a.task for a in catalog.adapters}
+    for name in sorted(set(env.training.tasks) - tasks):
+        issues.append(
+            Issue(
+                env_file,
+                env_label,
+                "training.tasks",
+                f"unknown task {name!r} (known: {', '.join(sorted(tasks))})",
+            )
+        )
     resolved: list[ResolvedAdapter] = []
     for a in selected:
         label = f"adapter {a.name!r}"

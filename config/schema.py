@@ -239,20 +239,13 @@ class TrainingPlan(_Strict):
 
     defaults: TrainingOverrides = Field(default_factory=TrainingOverrides)
     tasks: dict[str, TrainingOverrides] = Field(
-        default_factory=dict, description="per task (a key of the task profiles)"
+        default_factory=dict,
+        description="per task: a built-in profile's name or a task a catalog entry defines",
     )
     adapters: dict[str, TrainingOverrides] = Field(
         default_factory=dict,
         description="per adapter entry, last (a low-rank variant may need more steps here)",
     )
-
-    @field_validator("tasks")
-    @classmethod
-    def _tasks(cls, v: dict[str, TrainingOverrides]) -> dict[str, TrainingOverrides]:
-        unknown = sorted(set(v) - set(TASK_PROFILES))
-        if unknown:
-            raise ValueError(f"unknown tasks {unknown} (known: {', '.join(sorted(TASK_PROFILES))})")
-        return v
 
     def apply(self, profile: TaskProfile, adapter: str | None = None) -> TaskProfile:
         profile = self.defaults.apply(profile)

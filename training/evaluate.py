@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from config.near_duplicates import near_duplicate_groups
 from config.tasks import TaskProfile
 from training.datasets import Record
 from training.metrics import SCORER_VERSION, Scores, headline, paired_bootstrap, score
@@ -190,6 +191,14 @@ def _outputs_key(base_dir: Path, texts: list[str], tokens: int) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
+def output_budget(tokenizer, train: list[Record], max_length: int) -> int:
+    """New tokens every system may write: twice the longest *training* label, and room for a
+    closing brace. Sized from the test labels (as it was: their longest plus 8) it told each
+    system how long the right answer is and cut a rambling one off just past it."""
+    longest = max(len(tokenizer(r.label)["input_ids"]) for r in train)
+    return min(max_length, 2 * longest + 16)
+
+
 def compare(
     base_dir: Path,
     adapter_dir: Path,
@@ -198,15 +207,15 @@ def compare(
     *,
     train: list[Record] | tuple[Record, ...] = (),
     schema: dict[str, Any] | None = None,
-    grouped: bool = False,
     limit: int = GATE_EXAMPLES,
     cache_dir: Path | None = None,
     log=print,
 ) -> dict[str, Any]:
     """Scores of the base, of base+adapter and of the trivial answers on the same test
     records, and the verdict. ``train``: the training records the nearest-label lookup reads;
-    ``schema``: the JSON Schema a valid output satisfies; ``grouped``: the records carry their
-    near-duplicate group (``Record.category``) for a cluster bootstrap.
+    ``schema``: the JSON Schema a valid output satisfies. The records' near-duplicate groups
+    (``config.near_duplicates``, their slot values masked) are resampled whole, a cluster
+    bootstrap: records of one template are not independent evidence.
 
     The base's outputs depend only on the base, its prompt and the records, so with a
     ``cache_dir`` they are computed once per task and reused by every adapter of it.
@@ -218,8 +227,7 @@ def compare(
     tok = AutoTokenizer.from_pretrained(base_dir)
     texts = prompts(profile, records, tok)
     base_texts = prompts(profile, records, tok, contract(profile, schema))
-    longest = max(len(tok(r.label)["input_ids"]) for r in records)
-    tokens = longest + 8
+    tokens = output_budget(tok, list(train) or records, profile.max_length)
     base = AutoModelForCausalLM.from_pretrained(base_dir).eval()
     cached = None
     if cache_dir is not None:
@@ -242,7 +250,12 @@ def compare(
     tuned = PeftModel.from_pretrained(base, adapter_dir).eval()
     outputs = generate(tuned, tok, texts, tokens)
     adapter_scores = score(profile.metric, outputs, records, schema=schema)
-    groups = [r.category for r in records] if grouped else None
+    groups = [
+        str(g)
+        for g in near_duplicate_groups(
+            [(r.raw, r.label) for r in records], [r.slots for r in records]
+        )
+    ]
     verdict = gate(profile, adapter_scores, base_scores, rivals=rivals, groups=groups)
     return {
         "metric": profile.metric,

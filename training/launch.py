@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from config import CATALOG_PATH, load_deployment
+from config.dataset_files import DatasetFileError
 
 ROOT = Path(__file__).resolve().parents[1]
 HF_TRANSFORMERS = "4.56.2"
@@ -37,6 +38,9 @@ REQUIREMENTS = [
     "bitsandbytes>=0.45",
     "pydantic>=2.10,<3",
     "pyyaml>=6",
+    "jsonschema>=4.23",
+    # The built-in PII dataset's values: pinned, since its output is part of the split's sha256.
+    "faker==40.63.0",
 ]
 
 
@@ -204,16 +208,18 @@ def launch(
     account: str = "123456789012",
     bucket: str | None = None,
     wait: bool = True,
+    inputs: tuple[tuple[Path, ...], str | None] | None = None,
 ) -> dict[str, Any] | str | None:
     """Start the adapter's training job. A dry run returns the CreateTrainingJob request; a
-    waited-for job returns the S3 URI of its output (``model.tar.gz`` holding ``NAME.tar.gz``)."""
+    waited-for job returns the S3 URI of its output (``model.tar.gz`` holding ``NAME.tar.gz``).
+    ``inputs``: what ``dataset_inputs`` returned for it, when the caller already checked it."""
     dep = load_deployment(env)
     bucket = (
         bucket
         or dep.env.artifact_bucket
         or f"{dep.env.prefix}-artifacts-{account}-{dep.env.region}"
     )
-    files, dataset = dataset_inputs(adapter, env, dry_run=dry_run)
+    files, dataset = inputs or dataset_inputs(adapter, env, dry_run=dry_run)
     with tempfile.TemporaryDirectory(prefix="job-src-") as tmp:
         source = stage_source(Path(tmp), files)
         if dry_run:
@@ -257,8 +263,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bucket")
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
+    # Every adapter's dataset is read and checked before the first job starts: a bad file of
+    # the third adapter must not surface after the first two have trained for an hour.
+    inputs = {}
     for name in args.adapter:
-        request = launch(name, args.env, args.role, dry_run=args.dry_run, bucket=args.bucket)
+        try:
+            inputs[name] = dataset_inputs(name, args.env, dry_run=args.dry_run)
+        except DatasetFileError as exc:
+            print(f"error: adapter {name!r}: {exc}", file=sys.stderr)
+            return 2
+    for name in args.adapter:
+        request = launch(
+            name,
+            args.env,
+            args.role,
+            dry_run=args.dry_run,
+            bucket=args.bucket,
+            inputs=inputs[name],
+        )
         if isinstance(request, dict):
             print(json.dumps(request, indent=2, default=str))
         elif request is not None:

@@ -28,7 +28,7 @@ from config.tasks import headline
 
 #: The scorers' version: an archive evaluated by another one is evaluated again before it is
 #: reused (``training.reuse``). Raise it whenever a score can change.
-SCORER_VERSION = 3
+SCORER_VERSION = 4
 
 
 def chrf(hypothesis: str, reference: str, n: int = 6, beta: float = 2.0) -> float:
@@ -272,7 +272,7 @@ def paired_bootstrap(
     Resampling the examples, with the adapter's and the base's score of one example kept
     together, is the paired bootstrap of Koehn (2004) for comparing two systems on one test
     set; the adapter beats the base when the interval's lower bound is above zero. With
-    ``groups`` (near-duplicates of a team's dataset, ``training.datasets.user``) whole groups
+    ``groups`` (near-duplicates, ``config.near_duplicates``) whole groups
     are resampled, a cluster bootstrap: near-duplicates are not independent evidence.
     """
     if len(adapter) != len(base) or not adapter:

@@ -137,7 +137,6 @@ def reevaluate(
             list(split.test),
             train=split.train,
             schema=entry.json_schema_document,
-            grouped=entry.dataset_file is not None,
             log=log,
         )
 

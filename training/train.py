@@ -277,7 +277,6 @@ def gate(job: Job, base_dir: Path, adapter_dir: Path, out_dir: Path, log: Any) -
         list(split.test),
         train=split.train,
         schema=job.entry.json_schema_document,
-        grouped=job.identity["source"] == "file",
         cache_dir=out_dir / ".base-outputs",
         log=lambda m: log(f"[{adapter}] {m}"),
     )

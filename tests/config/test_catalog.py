@@ -285,10 +285,21 @@ def test_an_environments_training_plan_applies_by_task_then_by_adapter(tmp_path:
     assert dep.adapter("medical-shorthand-r8").profile.rank == 8, "the entry's own rank stays"
 
 
+def test_an_environments_training_plan_may_name_a_task_the_catalog_defines(tmp_path: Path) -> None:
+    """support_triage is no built-in profile: the support-triage entry defines it. Before,
+    the environment's schema knew only the built-in names and refused it."""
+    from config import load_deployment
+
+    envs = _local_env(tmp_path, {"tasks": {"support_triage": {"max_steps": 7}}})
+    dep = load_deployment("local", CATALOG_PATH, envs)
+    steps = {a.name: a.profile.max_steps for a in dep.adapters}
+    assert steps["support-triage"] == 7 and steps["sales-json"] != 7
+
+
 @pytest.mark.parametrize(
     ("training", "field"),
     [
-        ({"tasks": {"poetry": {"max_steps": 3}}}, "training.tasks"),
+        ({"tasks": {"poetry": {"max_steps": 3}}}, "'training.tasks': unknown task 'poetry'"),
         ({"adapters": {"no-such-adapter": {"max_steps": 3}}}, "training.adapters"),
     ],
 )

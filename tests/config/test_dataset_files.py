@@ -30,6 +30,15 @@ def _records(n: int) -> list[dict]:
     ]
 
 
+def _distinct(n: int) -> list[dict]:
+    """Records no two of which are near-duplicates (a split given with them is clean)."""
+
+    def text(i: int) -> str:
+        return "question about " + "".join(chr(97 + (i // 26**k) % 26) for k in range(3))
+
+    return [{"input": text(i), "output": text(i)[::-1]} for i in range(n)]
+
+
 def _jsonl(path: Path, records: list) -> Path:
     path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records))
     return path
@@ -109,7 +118,7 @@ def test_csv_and_parquet_go_through_datasets(tmp_path: Path) -> None:
     from datasets import Dataset
 
     table = Dataset.from_list(
-        [{**r, "split": "test" if i < 20 else "train"} for i, r in enumerate(_records(60))]
+        [{**r, "split": "test" if i < 20 else "train"} for i, r in enumerate(_distinct(60))]
     )
     table.to_csv(str(tmp_path / "d.csv"), index=False)
     table.to_parquet(str(tmp_path / "d.parquet"))
@@ -224,3 +233,17 @@ def test_a_bom_a_numeric_csv_label_and_a_path_outside_the_repository(tmp_path: P
     _jsonl(tmp_path.parent / f"{tmp_path.name}-outside.jsonl", _records(60))
     with pytest.raises(CatalogError, match="outside the repository"):
         load_catalog(_catalog(tmp_path, f"../{tmp_path.name}-outside.jsonl"))
+
+
+def test_a_files_own_split_with_a_near_duplicate_across_parts_is_refused(tmp_path: Path) -> None:
+    """A team's split is honoured, not trusted: the same sentence with another parcel number
+    in train and in test would let the gate test what the adapter trained on."""
+
+    records = [{**r, "split": "test" if i < 25 else "train"} for i, r in enumerate(_distinct(80))]
+    assert read_rows(_jsonl(tmp_path / "clean.jsonl", records))
+    records[40]["input"] = records[3]["input"].replace("question", "Question") + "!"
+    with pytest.raises(DatasetFileError) as caught:
+        read_rows(_jsonl(tmp_path / "leak.jsonl", records))
+    (problem,) = caught.value.problems
+    assert problem.startswith("line 41: field 'split': 'train'")
+    assert "near-duplicate of line 4 in 'test'" in problem

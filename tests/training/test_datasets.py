@@ -19,8 +19,13 @@ from training.datasets import (
     check_disjoint,
     corpus,
     load,
+    pii,
+    sales,
+    sentiment,
+    singlish,
+    style,
 )
-from training.datasets.common import normalize
+from training.datasets.common import PARTS, Draw, build, normalize, straddling_groups
 from training.datasets.medical import lexicon_size
 from training.datasets.pii import PLACEHOLDERS
 from training.datasets.sales import SCHEMA
@@ -54,6 +59,92 @@ def test_facts_are_stated_in_the_label(task: str) -> None:
             assert normalize(fact) in normalize(rec.label), (task, fact, rec.label)
     if "faithfulness" in TASK_PROFILES[task].minimums:
         assert all(r.facts for r in split.test), "a faithfulness floor needs facts to check"
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("task", sorted(GENERATORS))
+def test_no_template_and_no_near_duplicate_straddles_two_parts(task: str, seed: int) -> None:
+    """What a split must hold to mean anything: a test record is made of templates no
+    training record uses, and shares no run of words with one once its slot values are
+    masked. Without knowing the slot values (how a team's file is grouped), only the medical
+    lexicon's own long terms ("left lower quadrant tenderness to palpation") tie the medical
+    parts together: the lexicon is the task's vocabulary, shared by design."""
+    split = load(task, seed)
+    where: dict[str, set[str]] = {}
+    for part in PARTS:
+        for rec in getattr(split, part):
+            assert rec.template, (task, rec.raw)
+            for template in rec.template.split("+"):
+                where.setdefault(template, set()).add(part)
+    assert all(len(parts) == 1 for parts in where.values())
+    assert {p for parts in where.values() for p in parts} == set(PARTS)
+    assert straddling_groups(split, slots=True) == 0
+    assert straddling_groups(split) == (1 if task == "medical_shorthand" else 0)
+
+
+#: The slot pools each built-in task holds out (the medical lexicon is shared by design).
+HELD_OUT = {
+    "sentiment_neutralization": (sentiment.PRODUCTS, sentiment.ISSUES, sentiment.DURATIONS),
+    "style_transfer": (style.PEOPLE, style.EVENTS, style.ITEMS, style.DAYS),
+    "singlish_to_standard": (singlish.NAMES, singlish.PLACES, singlish.FOODS, singlish.TIMES),
+    "sales_json": (sales.COMPANIES, sales.PRODUCTS),
+    "pii_redaction": (pii.ITEMS, pii.DAYS),
+}
+
+
+@pytest.mark.parametrize("task", sorted(HELD_OUT))
+def test_test_records_use_slot_values_no_training_record_uses(task: str) -> None:
+    """A nearest-training-label lookup copies the slot values of the closest training record;
+    a test record's values are none of them."""
+    split = load(task)
+    for pool in HELD_OUT[task]:
+        used = {
+            part: {v for r in getattr(split, part) for v in r.slots if v in pool} for part in PARTS
+        }
+        assert used["test"] and used["train"]
+        assert not used["test"] & used["train"], (task, used["test"] & used["train"])
+        assert not used["validation"] & used["train"]
+
+
+def test_pii_values_come_from_many_locales_and_never_cross_parts() -> None:
+    split = load("pii_redaction")
+    values = {
+        part: {v for r in getattr(split, part) for v in json.loads(r.note).values()}
+        for part in PARTS
+    }
+    assert not values["test"] & values["train"]
+    phones = {v for r in split.train for k, v in json.loads(r.note).items() if k == "phone"}
+    # Phone numbers are written in many national formats, not one.
+    shapes = {re.sub(r"\d", "0", p) for p in phones}
+    assert len(shapes) >= 10
+    assert any(re.search(r"[^\x00-\x7f]", v) for v in values["train"])  # "Jordán", "Noël"
+
+
+def test_sales_dialogues_vary_in_shape_and_number_format() -> None:
+    split = load("sales_json")
+    openings = {r.raw.split("\n")[0].split(":")[0] for r in split.train}
+    assert len(openings) >= 4  # speaker labels
+    assert any("," in r.raw.split("\n")[2] for r in split.train)  # "1,250.00"
+    assert any("euros" in r.raw or "dollars" in r.raw for r in split.train)
+    for rec in split.test:
+        fields = json.loads(rec.label)
+        assert rec.raw.count("\n") == 4 and fields["customer"] in rec.raw
+
+
+def test_a_generator_whose_templates_share_a_sentence_is_refused() -> None:
+    """The check that keeps the template pools apart: two templates that differ by one word
+    are one near-duplicate, and holding one of them out is no hold-out."""
+
+    def make(draw: Draw) -> Record:
+        # Ten templates in five pairs; each pair shares one five-word run, six with the noun.
+        k, second = divmod(draw.template("t", range(10)), 2)
+        shared = " ".join(f"{w}{k}" for w in ("alpha", "bravo", "charlie", "delta", "echo"))
+        n = draw.rng.randint(0, 10**6)
+        text = f"{shared} parcel. Number {n}." if second else f"Number {n}: {shared} parcel."
+        return draw.record(text, f"late {n}")
+
+    with pytest.raises(SplitError, match="near-duplicate groups have records in two parts"):
+        build("t", make, size=200, validation=20, test=40)
 
 
 def test_overlap_between_parts_is_refused() -> None:

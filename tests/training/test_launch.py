@@ -44,25 +44,47 @@ def test_a_repository_dataset_travels_with_the_job_source(tmp_path) -> None:
     assert (staged / "examples" / "support-triage.jsonl").read_bytes() == files[0].read_bytes()
 
 
-def test_an_s3_dataset_is_checked_before_any_job_and_mounted_as_a_channel(
-    tmp_path, monkeypatch
-) -> None:
-    from config.dataset_files import DatasetFileError
-    from config.schema import AdapterEntry
-    from training import launch as launcher
+S3_DATASET = "s3://team-data/support/tickets.jsonl"
 
-    uri = "s3://team-data/support/tickets.jsonl"
+
+@pytest.fixture
+def bad_s3_dataset(tmp_path, monkeypatch) -> str:
+    """support-triage names an S3 file whose first record has no output."""
+    from config.schema import AdapterEntry
+
     real = AdapterEntry.dataset_file
     monkeypatch.setattr(
         AdapterEntry,
         "dataset_file",
-        property(lambda self: uri if self.name == "support-triage" else real.fget(self)),
+        property(lambda self: S3_DATASET if self.name == "support-triage" else real.fget(self)),
     )
     bad = tmp_path / "tickets.jsonl"
     bad.write_text('{"input": "hello"}\n')
     monkeypatch.setattr("training.datasets.fetch", lambda u: bad)
+    return S3_DATASET
+
+
+def test_an_s3_dataset_is_checked_before_any_job_and_mounted_as_a_channel(bad_s3_dataset) -> None:
+    from config.dataset_files import DatasetFileError
+    from training import launch as launcher
+
     with pytest.raises(DatasetFileError, match="line 1: field 'output': missing"):
         launcher.launch("support-triage", "dev", ROLE, dry_run=False)
     req = launcher.launch("support-triage", "dev", ROLE, dry_run=True)
     channels = {c["ChannelName"]: c for c in req["InputDataConfig"]}
-    assert channels["dataset"]["DataSource"]["S3DataSource"]["S3Uri"] == uri
+    assert channels["dataset"]["DataSource"]["S3DataSource"]["S3Uri"] == bad_s3_dataset
+
+
+def test_several_adapters_have_every_dataset_checked_before_the_first_job(
+    bad_s3_dataset, monkeypatch, capsys
+) -> None:
+    """The bad file is the second adapter's: no job starts at all, and the error names it."""
+    from training import launch as launcher
+
+    started: list[str] = []
+    monkeypatch.setattr(launcher, "launch", lambda name, *a, **k: started.append(name))
+    argv = ["--env", "dev", "--role", ROLE, "--adapter", "sales-json"]
+    assert launcher.main([*argv, "--adapter", "support-triage"]) == 2
+    assert started == []
+    err = capsys.readouterr().err
+    assert "adapter 'support-triage'" in err and "line 1: field 'output': missing" in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from pathlib import Path
@@ -12,7 +13,15 @@ from config.dataset_files import file_sha256, read_rows
 from config.loader import dataset_rows
 from config.schema import AdapterEntry
 from training.datasets import medical, pii, sales, sentiment, singlish, style, user
-from training.datasets.common import PARTS, Record, Split, SplitError, build, check_disjoint
+from training.datasets.common import (
+    PARTS,
+    Record,
+    Split,
+    SplitError,
+    build,
+    check_disjoint,
+    straddling_groups,
+)
 
 GENERATORS: dict[str, ModuleType] = {
     "medical_shorthand": medical,
@@ -28,9 +37,11 @@ DEFAULT_SIZE = 600
 DATASET_CACHE = Path(__file__).resolve().parents[2] / ".artifacts" / "datasets"
 
 
+@functools.cache
 def load(task: str, seed: int = 0, size: int = DEFAULT_SIZE) -> Split:
     """The train / validation / test split of one task, identical for the same (task, seed,
-    size); inputs and labels never cross parts (``common.check_disjoint``)."""
+    size): templates, slot values, inputs and labels never cross parts (``common.build``).
+    Cached: a split is immutable, and building one with its checks takes a second or two."""
     try:
         module = GENERATORS[task]
     except KeyError:
@@ -116,4 +127,5 @@ __all__ = [
     "corpus",
     "for_entry",
     "load",
+    "straddling_groups",
 ]

@@ -1,24 +1,30 @@
 """Medical shorthand expansion: clinical notes in shorthand -> full terminology.
 
-Built on a lexicon of clinical abbreviations (``LEXICON``). A note is assembled from clause
-templates whose slots draw abbreviations by category; the label is the same note with every
-abbreviation expanded, so input and output stay aligned token for token.
+Built on a lexicon of clinical abbreviations (``LEXICON``). A note is a presentation clause and
+one to three more (medical history, surgical history, examination, plan), each drawn from its
+own pool of phrasings, the terse shorthand and its expansion side by side; the slots draw
+abbreviations by category, and the label is the same note with every abbreviation expanded.
+
+The phrasings are split between the parts (``common.Draw``): a test note is phrased in ways no
+training note is. The lexicon is the task's vocabulary and every part uses it: an adapter is
+meant to learn these abbreviations, and a test of ones it never saw would measure the base's
+medicine instead.
 """
 
 from __future__ import annotations
 
-import random
 import re
 
-from training.datasets.common import Record, pick
+from training.datasets.common import Draw, Record
 
 CARD = (
     "medical_shorthand: synthetic clinical notes. Each note is a presentation (age, sex, "
     "complaint, duration in hours, days, weeks or months) and one to three more clauses "
-    "(history, surgical history, examination, plan); slots draw from a lexicon of "
-    "{n} clinical abbreviations grouped by category. The label expands every abbreviation "
-    "with the lexicon's expansion; the facts (age, sex, durations and every expansion) are "
-    "what a faithful expansion must keep. No real patient data."
+    "(history, surgical history, examination, plan), each from its own pool of phrasings; "
+    "slots draw from a lexicon of {n} clinical abbreviations grouped by category. The label "
+    "expands every abbreviation with the lexicon's expansion; the facts (age, sex, durations "
+    "and every expansion) are what a faithful expansion must keep. The test part's phrasings "
+    "are used by no training note. No real patient data."
 )
 
 # category -> abbreviation -> expansion
@@ -247,10 +253,159 @@ def lexicon_size() -> int:
     return sum(len(v) for v in LEXICON.values())
 
 
-def _pair(rng: random.Random, category: str) -> tuple[str, str]:
-    abbr = pick(rng, tuple(LEXICON[category]))
-    return abbr, LEXICON[category][abbr]
-
+#: (shorthand, expansion) pairs. Index i of a one-term pool (PRESENTATION_ONE, PMH_ONE) is
+#: phrased like index i of its two-term pool, so both are held out together.
+PRESENTATION = (
+    (
+        "pt {age}yo {sx} c/o {s1} and {s2} x{n}{u}.",
+        "Patient is a {age}-year-old {sex} complaining of {s1} and {s2} for {dur}.",
+    ),
+    ("{age}{sx}, {s1} + {s2} x {n}{u}.", "This {age}-year-old {sex} has {s1} plus {s2} for {dur}."),
+    (
+        "{age} y/o {sx} presents w/ {s1} + {s2}, onset {n}{u} ago.",
+        "{age}-year-old {sex} presenting with {s1} and {s2}, with onset {dur} ago.",
+    ),
+    (
+        "{age}yo {sx} p/w {s1} & {s2} over past {n}{u}.",
+        "Our {age}-year-old {sex} patient presented with {s1} and {s2} over the past {dur}.",
+    ),
+    (
+        "cc: {s1} and {s2}, {n}{u} duration; {age}yo {sx}.",
+        "Chief complaint: {s1} and {s2} of {dur} duration; {age}-year-old {sex}.",
+    ),
+    (
+        "{age}yo {sx}, {s1} w/ assoc {s2}, dur {n}{u}.",
+        "Seen today: {age}-year-old {sex} who has {s1} with associated {s2}, duration {dur}.",
+    ),
+    (
+        "hpi: {age} y/o {sx}, {s1} and {s2} for past {n}{u}.",
+        (
+            "History of present illness: {age}-year-old {sex} experiencing {s1} and {s2} for "
+            "the past {dur}."
+        ),
+    ),
+    (
+        "{age}yo {sx} reports {s1}, also {s2}, started {n}{u} ago.",
+        "The {age}-year-old {sex} reports {s1} and also {s2}, which started {dur} ago.",
+    ),
+    (
+        "{age}{sx}; complaints: {s1}/{s2}; duration ~{n}{u}.",
+        "Patient: {age}-year-old {sex}; complaints: {s1} and {s2}; duration approximately {dur}.",
+    ),
+    (
+        "{age} y/o {sx} new pt, {n}{u} of {s1} and {s2}.",
+        "{age}-year-old {sex}, new patient, with {dur} of {s1} and {s2}.",
+    ),
+)
+PRESENTATION_ONE = (
+    (
+        "pt {age}yo {sx} c/o {s1} x{n}{u}.",
+        "Patient is a {age}-year-old {sex} complaining of {s1} for {dur}.",
+    ),
+    ("{age}{sx} w/ {s1} x {n}{u}.", "This {age}-year-old {sex} with {s1} for {dur}."),
+    (
+        "{age} y/o {sx} presents w/ {s1}, onset {n}{u} ago.",
+        "{age}-year-old {sex} presenting with {s1}, with onset {dur} ago.",
+    ),
+    (
+        "{age}yo {sx} p/w {s1} over past {n}{u}.",
+        "Our {age}-year-old {sex} patient presented with {s1} over the past {dur}.",
+    ),
+    (
+        "cc: {s1}, {n}{u} duration; {age}yo {sx}.",
+        "Chief complaint: {s1} of {dur} duration; {age}-year-old {sex}.",
+    ),
+    (
+        "{age}yo {sx}, isolated {s1}, dur {n}{u}.",
+        "Seen today: {age}-year-old {sex} who has isolated {s1}, duration {dur}.",
+    ),
+    (
+        "hpi: {age} y/o {sx}, {s1} for past {n}{u}.",
+        "History of present illness: {age}-year-old {sex} experiencing {s1} for the past {dur}.",
+    ),
+    (
+        "{age}yo {sx} reports {s1}, started {n}{u} ago.",
+        "The {age}-year-old {sex} reports {s1}, which started {dur} ago.",
+    ),
+    (
+        "{age}{sx}; complaint: {s1}; duration ~{n}{u}.",
+        "Patient: {age}-year-old {sex}; complaint: {s1}; duration approximately {dur}.",
+    ),
+    (
+        "{age} y/o {sx} new pt, {n}{u} of {s1}.",
+        "{age}-year-old {sex}, new patient, with {dur} of {s1}.",
+    ),
+)
+PMH = (
+    ("pmh {c1}, {c2}.", "Past medical history of {c1} and {c2}."),
+    ("hx of {c1}/{c2}.", "History of {c1} as well as {c2}."),
+    ("known {c1}, {c2}.", "Known to have {c1} and {c2}."),
+    ("bg of {c1} & {c2}.", "Background of {c1} and {c2}."),
+    ("{c1}, {c2} noted in pmh.", "{c1} and {c2} are noted in the past medical history."),
+    ("comorbs: {c1}, {c2}.", "Comorbidities include {c1} and {c2}."),
+    ("pmhx: {c1}; {c2}.", "Past medical history: {c1}; {c2}."),
+    ("hx significant for {c1} and {c2}.", "The history is significant for {c1} and {c2}."),
+)
+PMH_ONE = (
+    ("pmh {c1}.", "Past medical history of {c1}."),
+    ("hx of {c1}.", "History of {c1}."),
+    ("known {c1}.", "Known to have {c1}."),
+    ("bg {c1}.", "Background of {c1}."),
+    ("{c1} noted in pmh.", "{c1} is noted in the past medical history."),
+    ("comorb: {c1}.", "Comorbidity: {c1}."),
+)
+PSH = (
+    ("psh {h}.", "Past surgical history: {h}."),
+    ("{h} in past.", "Previously {h}."),
+    ("surg hx: {h}.", "Surgical history: {h}."),
+    ("psh significant for {h}.", "Past surgical history is significant for {h}."),
+    ("prev surg: {h}.", "Previous surgery: {h}."),
+    ("{h}, no other psh.", "{h}, with no other past surgical history."),
+)
+EXAM = (
+    ("exam {e1}, {e2}.", "On examination, {e1}, {e2}."),
+    ("PE: {e1}; {e2}.", "Physical examination: {e1}; {e2}."),
+    ("o/e {e1} and {e2}.", "On examination, {e1} and {e2}."),
+    ("exam notable for {e1}, {e2}.", "Examination was notable for {e1} and {e2}."),
+    ("{e1} on exam, also {e2}.", "{e1} on examination, and also {e2}."),
+    ("exam findings: {e1}; {e2}.", "Examination findings: {e1}; {e2}."),
+    ("pe remarkable for {e1} + {e2}.", "Physical exam was remarkable for {e1} plus {e2}."),
+    ("o/e: {e1}; additionally {e2}.", "On examination: {e1}; additionally, {e2}."),
+)
+PLAN = (
+    ("plan {t}, {dr} {r} {fq}, f/u {w}wk.", "Plan: {t}, {dr} {r} {fq}, follow up in {fu}."),
+    (
+        "{t} ordered; start {dr} {r} {fq}; rtc {w}wk.",
+        "{t} ordered; start {dr} {r} {fq}; return to clinic in {fu}.",
+    ),
+    (
+        "will obtain {t}. rx {dr} {r} {fq}. review {w}wk.",
+        "Will obtain {t}. Prescribed {dr} {r} {fq}. Review in {fu}.",
+    ),
+    (
+        "order {t} + begin {dr} {r} {fq}, then f/u after {w}wk.",
+        "Order {t} and begin {dr} {r} {fq}, then follow up after {fu}.",
+    ),
+    (
+        "tx {dr} {r} {fq}; ix {t}; f/u appt {w}wk.",
+        "Treatment with {dr} {r} {fq}; investigations: {t}; follow-up appointment in {fu}.",
+    ),
+    (
+        "{t} requested, {dr} {r} {fq} commenced, to be seen in {w}wk.",
+        (
+            "{t} has been requested, {dr} {r} {fq} commenced, and the patient will be seen "
+            "again in {fu}."
+        ),
+    ),
+    (
+        "cont {dr} {r} {fq} pending {t} results, recheck {w}wk.",
+        "Continue {dr} {r} {fq} pending {t} results; recheck in {fu}.",
+    ),
+    (
+        "d/w pt: {t} today, {dr} {r} {fq} to start, next f/u {w}wk.",
+        "Discussed with patient: {t} today, {dr} {r} {fq} to start, next follow-up visit in {fu}.",
+    ),
+)
 
 _UNITS = (("d", "day"), ("wk", "week"), ("mo", "month"), ("h", "hour"))
 
@@ -259,25 +414,42 @@ def _count(n: int, unit: str) -> str:
     return f"{n} {unit}" if n == 1 else f"{n} {unit}s"
 
 
-def make(rng: random.Random) -> Record:
+def _term(draw: Draw, category: str) -> tuple[str, str]:
+    abbr = draw.shared(tuple(LEXICON[category]))
+    draw.slots.append(LEXICON[category][abbr])
+    return abbr, LEXICON[category][abbr]
+
+
+def _clause(
+    draw: Draw, pool: str, pairs: tuple[tuple[str, str], ...], **slots: tuple[str, str]
+) -> tuple[str, str]:
+    raw, full = draw.template(pool, pairs)
+    return (
+        raw.format(**{k: v[0] for k, v in slots.items()}),
+        full.format(**{k: v[1] for k, v in slots.items()}),
+    )
+
+
+def make(draw: Draw) -> Record:
     """A note of two to four clauses; its facts are the age, the sex, every duration and the
     expansion of every abbreviation."""
+    rng = draw.rng
     age = rng.randint(18, 94)
-    sex_abbr, sex = pick(rng, (("m", "male"), ("f", "female")))
-    s1, s2 = _pair(rng, "symptom"), _pair(rng, "symptom")
+    sx, sex = (("m", "male"), ("f", "female"))[rng.randrange(2)]
+    s1, s2 = _term(draw, "symptom"), _term(draw, "symptom")
     unit_abbr, unit = _UNITS[rng.choices(range(len(_UNITS)), weights=(6, 3, 2, 1))[0]]
     n = rng.randint(1, 14 if unit_abbr == "d" else 6 if unit_abbr != "h" else 12)
     duration = _count(n, unit)
     facts = [f"{age}-year-old", sex, duration]
-    complaint = (
-        (f"c/o {s1[0]} and {s2[0]}", f"complaining of {s1[1]} and {s2[1]}")
-        if s1 != s2 and rng.random() < 0.6
-        else (f"c/o {s1[0]}", f"complaining of {s1[1]}")
-    )
+    style = draw.template("presentation", range(len(PRESENTATION)))
+    raw, full = (PRESENTATION if s1 != s2 and rng.random() < 0.6 else PRESENTATION_ONE)[style]
+    if "{age}{sx}" in raw:
+        sx = sx.upper()  # "45M"
+    common = {"age": str(age), "n": str(n), "u": unit_abbr, "sx": sx, "sex": sex, "dur": duration}
     clauses = [
         (
-            f"pt {age}yo {sex_abbr} {complaint[0]} x{n}{unit_abbr}.",
-            f"Patient is a {age}-year-old {sex} {complaint[1]} for {duration}.",
+            raw.format(**common, s1=s1[0], s2=s2[0]),
+            full.format(**common, s1=s1[1], s2=s2[1]),
         )
     ]
     extra = rng.sample(("pmh", "psh", "exam", "plan"), k=rng.choice((1, 1, 2, 3)))
@@ -285,31 +457,41 @@ def make(rng: random.Random) -> Record:
         if kind not in extra:
             continue
         if kind == "pmh":
-            c1, c2 = _pair(rng, "condition"), _pair(rng, "condition")
-            clauses.append(
-                (f"pmh {c1[0]}, {c2[0]}.", f"Past medical history of {c1[1]} and {c2[1]}.")
-                if c1 != c2
-                else (f"pmh {c1[0]}.", f"Past medical history of {c1[1]}.")
-            )
+            # PMH_ONE[i] is phrased like PMH[i]: one held-out phrasing, either count.
+            style = draw.template("pmh", range(len(PMH)))
+            c1, c2 = _term(draw, "condition"), _term(draw, "condition")
+            if style < len(PMH_ONE) and (c1 == c2 or rng.random() < 0.3):
+                raw, full = PMH_ONE[style]
+                clauses.append((raw.format(c1=c1[0]), full.format(c1=c1[1])))
+            else:
+                while c2 == c1:
+                    c2 = _term(draw, "condition")
+                raw, full = PMH[style]
+                clauses.append((raw.format(c1=c1[0], c2=c2[0]), full.format(c1=c1[1], c2=c2[1])))
         elif kind == "psh":
-            h = _pair(rng, "history")
-            clauses.append((f"psh {h[0]}.", f"Past surgical history: {h[1]}."))
+            clauses.append(_clause(draw, "psh", PSH, h=_term(draw, "history")))
         elif kind == "exam":
-            e1, e2 = _pair(rng, "exam"), _pair(rng, "exam")
-            clauses.append((f"exam {e1[0]}, {e2[0]}.", f"On examination, {e1[1]}, {e2[1]}."))
+            clauses.append(
+                _clause(draw, "exam", EXAM, e1=_term(draw, "exam"), e2=_term(draw, "exam"))
+            )
         else:
-            t = _pair(rng, "test")
-            d, r, f = _pair(rng, "drug"), _pair(rng, "route"), _pair(rng, "frequency")
             weeks = rng.randint(1, 6)
             follow = _count(weeks, "week")
             facts.append(follow)
             clauses.append(
-                (
-                    f"plan {t[0]}, {d[0]} {r[0]} {f[0]}, f/u {weeks}wk.",
-                    f"Plan: {t[1]}, {d[1]} {r[1]} {f[1]}, follow up in {follow}.",
+                _clause(
+                    draw,
+                    "plan",
+                    PLAN,
+                    t=_term(draw, "test"),
+                    dr=_term(draw, "drug"),
+                    r=_term(draw, "route"),
+                    fq=_term(draw, "frequency"),
+                    w=(str(weeks), ""),
+                    fu=("", follow),
                 )
             )
-    label = " ".join(c[1] for c in clauses)
+    label = " ".join(c[1][0].upper() + c[1][1:] for c in clauses)
     # Every abbreviation's expansion from the lexicon is a fact too: a note whose diagnosis,
     # drug or test is swapped for another of the same kind keeps its ages and durations.
     terms = [
@@ -318,10 +500,9 @@ def make(rng: random.Random) -> Record:
         for full in kind.values()
         if re.search(rf"(?<!\w){re.escape(full)}(?!\w)", label)
     ]
-    return Record(
-        category="medical_shorthand",
-        raw=" ".join(c[0] for c in clauses),
-        label=label,
+    return draw.record(
+        " ".join(c[0] for c in clauses),
+        label,
         note=f"{len(clauses)} clauses",
         facts=tuple(dict.fromkeys([*facts, *terms])),
     )

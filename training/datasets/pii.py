@@ -1,20 +1,28 @@
 """PII redaction: names, emails, phone numbers, addresses and ID numbers -> typed placeholders.
 
 Sentences are built from templates with typed slots; the label is the same sentence with
-each slot replaced by its placeholder. ``PII_VALUES`` on the record note lets the evaluation
-count leaks (a PII value that survives into the output).
+each slot replaced by its placeholder. The record's note lists the values, so that the
+evaluation can count leaks (a value that survives into the output, whatever its grouping).
+
+The values come from ``faker`` (pinned: its output is part of the dataset's identity) across
+the locales in ``LOCALES``, so names, phone formats, addresses and national ID shapes vary the
+way a real ticket queue's do, and a value hashes into one part only (``Draw.fresh``).
 """
 
 from __future__ import annotations
 
 import json
 import random
+from functools import cache
 
-from training.datasets.common import Record, pick
+from faker import Faker
+
+from training.datasets.common import Draw, Record
 
 CARD = (
     "pii_redaction: synthetic customer-service sentences with typed slots for names, emails, "
-    "phone numbers, street addresses and national ID numbers (NRIC/FIN-shaped, not real). "
+    "phone numbers, street addresses and national ID numbers in the formats of twelve "
+    "locales (faker), none real. "
     "The label replaces each value with [NAME], [EMAIL], [PHONE], [ADDRESS] or [ID]; the "
     "note lists the raw values so the evaluation can measure the leak rate."
 )
@@ -26,90 +34,25 @@ PLACEHOLDERS = {
     "address": "[ADDRESS]",
     "id": "[ID]",
 }
-FIRST = (
-    "Alice",
-    "Bryan",
-    "Chen",
-    "Divya",
-    "Ethan",
-    "Farah",
-    "Gopal",
-    "Hannah",
-    "Ivan",
-    "Jasmine",
-    "Kenji",
-    "Lina",
-    "Marcus",
-    "Nurul",
-    "Oscar",
-    "Pei Shan",
-    "Quentin",
-    "Rosa",
-    "Suresh",
-    "Tomas",
-    "Umar",
-    "Vera",
-    "Wen Hui",
-    "Xavier",
-    "Yusuf",
-    "Zara",
-    "Amir",
-    "Beatrice",
-    "Carlos",
-    "Deepa",
-    "Elena",
-    "Faisal",
-)
-LAST = (
-    "Tan",
-    "Lim",
-    "Wong",
-    "Kumar",
-    "Rahman",
-    "Smith",
-    "Garcia",
-    "Ng",
-    "Lee",
-    "Ong",
-    "Chua",
-    "Fernandez",
-    "Nair",
-    "Okafor",
-    "Petrov",
-    "Haddad",
-    "Teo",
-    "Yeo",
-    "Novak",
-    "Silva",
-)
-STREETS = (
-    "Orchard Road",
-    "Jalan Besar",
-    "Bukit Timah Road",
-    "Main Street",
-    "Clementi Ave 3",
-    "Serangoon Road",
-    "Elm Street",
-    "Holland Drive",
-    "Tampines Street 21",
-    "River Valley Road",
-    "Oak Lane",
-    "Sims Avenue",
-)
-DOMAINS = ("example.com", "mail.test", "corp.example", "inbox.test", "post.example")
 
 # Non-personal slots: they stay in the label, so labels vary beyond the template.
 ITEMS = (
     "the invoice",
     "the refund",
-    "the parcel",
-    "the warranty claim",
-    "the contract",
+    "the replacement part",
     "the order",
+    "the parcel",
+    "the subscription renewal",
+    "the warranty claim",
+    "the credit note",
+    "the delivery",
+    "the account statement",
     "the booking",
-    "the replacement unit",
+    "the repair quote",
+    "the loyalty points",
+    "the gift card",
+    "the cancellation request",
     "the membership card",
-    "the quotation",
 )
 DAYS = (
     "Monday",
@@ -120,63 +63,135 @@ DAYS = (
     "Saturday",
     "next week",
     "tomorrow",
-    "this afternoon",
+    "yesterday",
+    "last week",
+    "this morning",
+    "over the weekend",
 )
 
 TEMPLATES = (
     "Please update the account of {name}; the new email is {email}.",
-    "Call {name} back at {phone} about {item}.",
-    "{name} moved to {address} and can be reached at {phone}.",
-    "Customer {name} with ID {id} asked for a copy of {item}.",
-    "Send {item} to {email} and post a copy to {address}.",
-    "Verify ID {id} before releasing {item} to {name}.",
-    "Hi, I'm {name}, my number is {phone} and my email is {email}.",
-    "The delivery for {name} at {address} was delayed until {day}.",
-    "{name} (ID {id}) reported a problem with {item}; reply to {email}.",
-    "Remind {name} on {day} that {item} is ready.",
-    "{name} will collect {item} {day}; their phone is {phone}.",
-    "Forward {item} to {email} by {day}, please.",
-    "Our records show {name} at {address}.",
-    "Escalate {item} for {name}, ID {id}, before {day}.",
-    "Text {phone} when {item} ships.",
-    "Mr {name} wants {item} sent to {address}.",
-    "Can someone email {email} about {item} {day}?",
-    "The technician visits {address} on {day} for {name}.",
-    "New sign-up: {name}, {email}, {phone}.",
-    "{name} called from {phone} to cancel {item}.",
-    "Please confirm {item} with {name} at {email}.",
-    "ID {id} belongs to {name}, who lives at {address}.",
+    "Ticket: caller {name} ({phone}) disputes {item}.",
+    "{name} called {day} asking why {item} has not arrived at {address}.",
+    "Hi team, customer {name} wants {item} resent to {email} instead of the old inbox.",
+    "CRM note: verified identity using national ID {id} before discussing {item}.",
+    "{email} got in touch {day} to complain that {item} was charged twice.",
+    (
+        "Call log, {day}: spoke with {name}, confirmed delivery address {address}, callback "
+        "number {phone}."
+    ),
+    (
+        "Dear {name}, we have received your request regarding {item} and will reply to {email} "
+        "within two working days."
+    ),
+    (
+        "Customer requests that all future correspondence go to {address} rather than the "
+        "billing address on file."
+    ),
+    "Refund approved for {name}. Identity checked against {id}.",
+    "Chat transcript: 'Hi, my number changed to {phone}, can you update it?'",
+    "{phone} rang twice {day} but hung up before the agent could help.",
+    "Escalation: {name} (ID {id}) threatens to cancel unless {item} is sorted out {day}.",
+    "Agent reminder: send {item} to {name} at {email} and log the outcome.",
+    "Can someone check why the courier keeps leaving parcels for {name} at {address}?",
+    "Identity verification failed for {id}; the caller could not confirm the phone number {phone}.",
+    "Hello, this is {name}. I moved to {address} last month, please change my records.",
+    "Internal note: do not contact {name} on {phone} after six in the evening.",
+    "{name} <{email}> replied: thanks, {item} looks correct now.",
+    "Please merge the duplicate profiles for {name}; one uses {email}, the other {phone}.",
+    "Voicemail left {day} by {name}, requesting a call back about {item} on {phone}.",
+    "Delivery exception: nobody home at {address}. Customer contact {phone}.",
+    (
+        "The warranty claim lodged by {name} lists the national ID {id} and the home address "
+        "{address}."
+    ),
+    "Hi, I never received {item}. You can reach me at {email} or {phone}. Regards, {name}",
+    "{address} is the shipping destination on file, but {name} says it is outdated.",
+    "Complaint summary: customer (ID {id}) unhappy with {item}; follow up {day}.",
+    "Subject: email change for {name}. Replace the old one with {email}.",
+    "Logged {day}: {name} confirmed the last four digits of their card and asked about {item}.",
+    "Our records show {name} living at {address}, with {phone} as the preferred contact.",
+    "Spoke to {name} re {item}; promised an update {day} via email to {email}.",
+    "Fraud team: the ID number {id} was used to open two accounts, one registered to {email}.",
+    "Could you confirm whether {email} is still the right address to send {item} to?",
+    "{name} has asked us to remove {phone} from the marketing list.",
+    "Account holder {name}, identification {id}, requested closure of the account effective {day}.",
+    "Reminder: {name} at {address} is expecting a technician visit {day}.",
+    "Incoming chat from {email}: 'Where is {item}? I paid for express shipping.'",
+    "Note to billing: {item} should be addressed to {name}, {address}, not to the head office.",
+    "Please ring {phone} and ask for {name}; they are waiting on {item}.",
+    "The applicant, {name}, submitted ID {id} together with proof of residence showing {address}.",
+    "{id} belongs to a customer who called about {item} {day}; details passed to compliance.",
+    "Thank you for contacting support, {name}. A confirmation has been sent to {email}.",
+    "Order placed by {name}, ship to {address}, contact {phone}, email {email}.",
+    "Survey response: {name} rated the service poorly because {item} arrived damaged.",
+    "Hey, it's {name} again, still no word on {item}. My mobile is {phone} if that's easier.",
+    "Returned mail: the letter sent to {name} at {address} bounced back {day}.",
+)
+
+#: Latin-script locales whose names, phone numbers, addresses and ID formats the values take.
+LOCALES = (
+    "en_US",
+    "en_GB",
+    "en_IN",
+    "en_AU",
+    "en_CA",
+    "es_ES",
+    "fr_FR",
+    "de_DE",
+    "it_IT",
+    "pt_BR",
+    "nl_NL",
+    "id_ID",
 )
 
 
-def _values(rng: random.Random) -> dict[str, str]:
-    first, last = pick(rng, FIRST), pick(rng, LAST)
-    user = f"{first.lower().replace(' ', '')}{pick(rng, ('.', '_', ''))}{last.lower()}"
-    unit = f"#{rng.randint(1, 30):02d}-{rng.randint(1, 200):02d}"
-    phone = rng.choice(
-        (
-            f"+65 {rng.randint(8000, 9999)} {rng.randint(1000, 9999)}",
-            f"{rng.randint(8000, 9999)}-{rng.randint(1000, 9999)}",
-            f"+65-{rng.randint(80000000, 99999999)}",
-        )
-    )
-    return {
-        "name": f"{first} {last}",
-        "email": f"{user}{rng.randint(1, 99)}@{pick(rng, DOMAINS)}",
-        "phone": phone,
-        "address": f"{rng.randint(1, 400)} {pick(rng, STREETS)} {unit}",
-        "id": f"{pick(rng, 'STFG')}{rng.randint(1000000, 9999999)}{pick(rng, 'ABCDEFGHIZJ')}",
+@cache
+def _faker(locale: str) -> Faker:
+    return Faker(locale)
+
+
+def _fake(rng: random.Random) -> Faker:
+    """A locale's faker, seeded from the record's stream: the same split every run."""
+    fake = _faker(LOCALES[rng.randrange(len(LOCALES))])
+    fake.seed_instance(rng.getrandbits(32))
+    return fake
+
+
+def _nric(rng: random.Random) -> str:
+    """A Singapore NRIC/FIN shape (faker has no such provider); the check letter is random."""
+    prefix, check = "STFG"[rng.randrange(4)], "ABCDEFGHIZJ"[rng.randrange(11)]
+    return f"{prefix}{rng.randint(1000000, 9999999)}{check}"
+
+
+def _id(rng: random.Random) -> str:
+    return _nric(rng) if rng.random() < 0.25 else _fake(rng).ssn()
+
+
+PRODUCERS = {
+    "name": lambda rng: (lambda f: f"{f.first_name()} {f.last_name()}")(_fake(rng)),
+    "email": lambda rng: _fake(rng).email(),
+    "phone": lambda rng: _fake(rng).phone_number(),
+    "address": lambda rng: _fake(rng).street_address().replace("\n", ", "),
+    "id": _id,
+}
+
+
+def make(draw: Draw) -> Record:
+    template = draw.template("template", TEMPLATES)
+    values = {
+        k: draw.fresh(k, produce) for k, produce in PRODUCERS.items() if "{" + k + "}" in template
     }
-
-
-def make(rng: random.Random) -> Record:
-    template = pick(rng, TEMPLATES)
-    values = _values(rng)
-    plain = {"item": pick(rng, ITEMS), "day": pick(rng, DAYS)}
+    plain = {
+        k: draw.value(k, options)
+        for k, options in (("item", ITEMS), ("day", DAYS))
+        if "{" + k + "}" in template
+    }
     raw = template.format(**values, **plain)
     label = template.format(**PLACEHOLDERS, **plain)
-    label = label[0].upper() + label[1:]
-    raw = raw[0].upper() + raw[1:]
-    used = {k: v for k, v in values.items() if "{" + k + "}" in template}
-    facts = tuple(v for k, v in plain.items() if "{" + k + "}" in template)
-    return Record("pii_redaction", raw, label, note=json.dumps(used, sort_keys=True), facts=facts)
+    return draw.record(
+        raw,
+        label,
+        note=json.dumps(values, sort_keys=True),
+        facts=tuple(plain.values()),
+    )

@@ -1,0 +1,108 @@
+"""What counts as "the same text, other slot values": the grouping every split keeps whole.
+
+Two records are one group when their inputs or (text) outputs are equal once digits,
+capitalized words (names, places), punctuation and the record's own slot values (where a
+generator knows them) are masked, or when they share ``SHINGLE_WORDS`` masked words in a row
+(a template, or a core sentence with other slot values). A run of words that a fifth of the
+records or more repeat (a greeting, a signature) is boilerplate and joins nothing.
+
+A team's file is split along these groups (``training.datasets.user``), and a split given in
+the file is checked with them (``dataset_files.split_leaks``); a built-in generator's split
+holds out whole templates and slot values, and ``training.datasets.common.build`` checks it
+with the same grouping, so every split is held to one definition. No library does this: datasketch
+and text-dedup find near-duplicate *documents* by MinHash, where a template filled with other
+slot values shares too few shingles to be caught at a threshold that spares unrelated records.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+#: The share of records a masked sentence may appear in before it counts as boilerplate.
+BOILERPLATE_SHARE = 0.2
+#: Masked words in a row that, shared, tie two records into one group.
+SHINGLE_WORDS = 6
+
+# A capitalized word after a lower-case word or a separator, or one that opens a line and is
+# followed by a comma or a colon ("Sarah, the parcel..."): a name or a place. A capitalized
+# word that opens a sentence ("Please", "The") is not masked.
+_NAME = re.compile(r"(?<=[a-z,;:] )[A-Z][a-z]+|^[A-Z][a-z]+(?=[,:])", re.MULTILINE)
+_DIGITS = re.compile(r"\d+")
+_REPEATED = re.compile(r"\b(0|n)(?: \1\b)+")
+_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def mask(text: str, slots: Sequence[str] = ()) -> str:
+    """A text with what varies between slot fills removed: the given slot values, digits,
+    names, case and punctuation."""
+    for value in sorted({s for s in slots if s.strip()}, key=len, reverse=True):
+        text = re.sub(rf"(?<!\w){re.escape(value)}(?!\w)", " S ", text, flags=re.IGNORECASE)
+    text = _NAME.sub("N", text)
+    text = _DIGITS.sub("0", text)
+    text = " ".join(re.sub(r"[^\w]+", " ", text.lower()).split())
+    # A number written in groups ("+65 8123 4567") or a name of several words is one value.
+    return _REPEATED.sub(r"\1", text)
+
+
+def _shingles(text: str, slots: Sequence[str]) -> set[str]:
+    """Every run of ``SHINGLE_WORDS`` masked words, sentence by sentence."""
+    out: set[str] = set()
+    for sentence in _SENTENCES.split(text):
+        words = mask(sentence, slots).split()
+        out.update(
+            " ".join(words[i : i + SHINGLE_WORDS]) for i in range(len(words) - SHINGLE_WORDS + 1)
+        )
+    return out
+
+
+def _structured(output: str) -> bool:
+    """A JSON output: its values come from a small set by design (a category, a flag), so two
+    records with one output are not near-duplicates; their inputs decide. So do short text
+    outputs (a class label): only an output of ``SHINGLE_WORDS`` words or more is a text."""
+    try:
+        return isinstance(json.loads(output), dict | list)
+    except ValueError:
+        return False
+
+
+def near_duplicate_groups(
+    pairs: Sequence[tuple[str, str]],
+    slots: Sequence[Sequence[str]] | None = None,
+    *,
+    boilerplate: bool = True,
+) -> list[int]:
+    """A group id per (input, output) pair; pairs that are near-duplicates share one.
+    ``slots``: per pair, the slot values its generator filled in, masked like names.
+    ``boilerplate=False``: a run of words joins records however many share it (a generator's
+    templates have no signatures; a phrase they share is a shared template)."""
+    parent = list(range(len(pairs)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    keys: list[set[str]] = []
+    for n, (text, output) in enumerate(pairs):
+        values = slots[n] if slots is not None else ()
+        ks = {"in:" + mask(text, values)} | {"s:" + s for s in _shingles(text, values)}
+        if not _structured(output) and len(mask(output).split()) >= SHINGLE_WORDS:
+            ks |= {"out:" + mask(output, values)} | {"s:" + s for s in _shingles(output, values)}
+        keys.append(ks)
+    counts = Counter(k for ks in keys for k in ks)
+    limit = max(2, int(BOILERPLATE_SHARE * len(pairs))) if boilerplate else len(pairs)
+    first: dict[str, int] = {}
+    for i, ks in enumerate(keys):
+        for k in ks:
+            if not k.startswith("in:") and counts[k] > limit:
+                continue
+            if k in first:
+                parent[find(i)] = find(first[k])
+            else:
+                first[k] = i
+    roots: dict[int, int] = {}
+    return [roots.setdefault(find(i), len(roots)) for i in range(len(pairs))]
