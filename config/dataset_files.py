@@ -228,9 +228,10 @@ def split_leaks(rows: list[Row]) -> list[str]:
         seen = first.setdefault(group, row)
         if seen.split != row.split:
             leaks.append(
-                f"{row.where}: field 'split': {row.split!r}, but the record is a near-duplicate "
-                f"of {seen.where} in {seen.split!r} (the same text once digits, names and "
-                "punctuation are masked, or a shared run of words); put them in one part"
+                f"{row.where}: field 'split': {row.split!r}, but the record is in one "
+                f"near-duplicate group with {seen.where} in {seen.split!r} (the same text once "
+                "digits, names and punctuation are masked, or six words in a row shared, "
+                "directly or through other records of the group); put the group in one part"
             )
     shown = leaks[:MAX_LEAKS_SHOWN]
     if len(leaks) > len(shown):

@@ -25,6 +25,9 @@ from collections.abc import Sequence
 BOILERPLATE_SHARE = 0.2
 #: Masked words in a row that, shared, tie two records into one group.
 SHINGLE_WORDS = 6
+#: Unmasked words a whole text, or a run of words, needs before it ties records together.
+KEY_WORDS = 3
+_MASKS = frozenset({"n", "0", "s"})
 
 # A capitalized word after a lower-case word or a separator, or one that opens a line and is
 # followed by a comma or a colon ("Sarah, the parcel..."): a name or a place. A capitalized
@@ -35,26 +38,44 @@ _REPEATED = re.compile(r"\b(0|n)(?: \1\b)+")
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
+def _unslot(text: str, slots: Sequence[str]) -> str:
+    """The text with each of its slot values (longest first) replaced by one placeholder."""
+    for value in sorted({s for s in slots if s.strip()}, key=len, reverse=True):
+        text = re.sub(rf"(?<!\w){re.escape(value)}(?!\w)", " S ", text, flags=re.IGNORECASE)
+    return text
+
+
 def mask(text: str, slots: Sequence[str] = ()) -> str:
     """A text with what varies between slot fills removed: the given slot values, digits,
     names, case and punctuation."""
-    for value in sorted({s for s in slots if s.strip()}, key=len, reverse=True):
-        text = re.sub(rf"(?<!\w){re.escape(value)}(?!\w)", " S ", text, flags=re.IGNORECASE)
-    text = _NAME.sub("N", text)
+    text = _NAME.sub("N", _unslot(text, slots))
     text = _DIGITS.sub("0", text)
     text = " ".join(re.sub(r"[^\w]+", " ", text.lower()).split())
     # A number written in groups ("+65 8123 4567") or a name of several words is one value.
     return _REPEATED.sub(r"\1", text)
 
 
+def _key(text: str, slots: Sequence[str]) -> str | None:
+    """A whole masked text as a key, when enough of it is left to mean something: a title-case
+    subject line or a date conversion masks to almost nothing ("subject n", "convert 0 to n"),
+    and equal leftovers do not make two records one."""
+    masked = mask(text, slots)
+    kept = [w for w in masked.split() if w not in _MASKS]
+    return masked if len(kept) >= KEY_WORDS else None
+
+
 def _shingles(text: str, slots: Sequence[str]) -> set[str]:
-    """Every run of ``SHINGLE_WORDS`` masked words, sentence by sentence."""
+    """Every run of ``SHINGLE_WORDS`` masked words, sentence by sentence (slot values are
+    masked first: a value may hold a sentence break, as "Apt. 36" does)."""
     out: set[str] = set()
-    for sentence in _SENTENCES.split(text):
-        words = mask(sentence, slots).split()
-        out.update(
-            " ".join(words[i : i + SHINGLE_WORDS]) for i in range(len(words) - SHINGLE_WORDS + 1)
-        )
+    for sentence in _SENTENCES.split(_unslot(text, slots)):
+        words = mask(sentence).split()
+        for i in range(len(words) - SHINGLE_WORDS + 1):
+            run = words[i : i + SHINGLE_WORDS]
+            # A run that is mostly placeholders ("n at n de n 0": an address format) says
+            # little about the text around the values.
+            if sum(w not in _MASKS for w in run) >= KEY_WORDS:
+                out.add(" ".join(run))
     return out
 
 
@@ -89,16 +110,21 @@ def near_duplicate_groups(
     keys: list[set[str]] = []
     for n, (text, output) in enumerate(pairs):
         values = slots[n] if slots is not None else ()
-        ks = {"in:" + mask(text, values)} | {"s:" + s for s in _shingles(text, values)}
+        # The input itself, case and spacing aside, always: equal inputs are one group.
+        ks = {"raw:" + " ".join(text.lower().split())} | {"s:" + s for s in _shingles(text, values)}
+        if (key := _key(text, values)) is not None:
+            ks.add("in:" + key)
         if not _structured(output) and len(mask(output).split()) >= SHINGLE_WORDS:
-            ks |= {"out:" + mask(output, values)} | {"s:" + s for s in _shingles(output, values)}
+            ks |= {"s:" + s for s in _shingles(output, values)}
+            if (key := _key(output, values)) is not None:
+                ks.add("out:" + key)
         keys.append(ks)
     counts = Counter(k for ks in keys for k in ks)
     limit = max(2, int(BOILERPLATE_SHARE * len(pairs))) if boilerplate else len(pairs)
     first: dict[str, int] = {}
     for i, ks in enumerate(keys):
         for k in ks:
-            if not k.startswith("in:") and counts[k] > limit:
+            if not k.startswith(("in:", "raw:")) and counts[k] > limit:
                 continue
             if k in first:
                 parent[find(i)] = find(first[k])

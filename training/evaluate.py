@@ -14,7 +14,7 @@ The adapter passes when
 
 - it beats the strongest of them (highest mean): the paired bootstrap's 95% interval of
   (adapter - rival) per example lies above zero (``metrics.paired_bootstrap``, resampling
-  near-duplicate groups together when the dataset has them), and
+  the records of one template combination, or one near-duplicate group, together), and
 - it reaches the task profile's floors (``minimums``) and stays under its ceilings
   (``maximums``) on the test split.
 
@@ -33,7 +33,6 @@ from typing import Any
 
 import torch
 
-from config.near_duplicates import near_duplicate_groups
 from config.tasks import TaskProfile
 from training.datasets import Record
 from training.metrics import SCORER_VERSION, Scores, headline, paired_bootstrap, score
@@ -213,9 +212,9 @@ def compare(
 ) -> dict[str, Any]:
     """Scores of the base, of base+adapter and of the trivial answers on the same test
     records, and the verdict. ``train``: the training records the nearest-label lookup reads;
-    ``schema``: the JSON Schema a valid output satisfies. The records' near-duplicate groups
-    (``config.near_duplicates``, their slot values masked) are resampled whole, a cluster
-    bootstrap: records of one template are not independent evidence.
+    ``schema``: the JSON Schema a valid output satisfies. The bootstrap resamples clusters:
+    a generated record's templates (the slot fills of one combination of templates are not
+    independent evidence), or a team's record's near-duplicate group (``Record.category``).
 
     The base's outputs depend only on the base, its prompt and the records, so with a
     ``cache_dir`` they are computed once per task and reused by every adapter of it.
@@ -250,12 +249,7 @@ def compare(
     tuned = PeftModel.from_pretrained(base, adapter_dir).eval()
     outputs = generate(tuned, tok, texts, tokens)
     adapter_scores = score(profile.metric, outputs, records, schema=schema)
-    groups = [
-        str(g)
-        for g in near_duplicate_groups(
-            [(r.raw, r.label) for r in records], [r.slots for r in records]
-        )
-    ]
+    groups = [r.template or r.category for r in records]
     verdict = gate(profile, adapter_scores, base_scores, rivals=rivals, groups=groups)
     return {
         "metric": profile.metric,

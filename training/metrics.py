@@ -85,13 +85,21 @@ def json_field_f1(
         if not validators.validator_for(schema)(schema).is_valid(obj):
             return False, 0.0
     ref = json.loads(reference)
-    pairs_h = {(k, json.dumps(v, sort_keys=True)) for k, v in obj.items()}
-    pairs_r = {(k, json.dumps(v, sort_keys=True)) for k, v in ref.items()}
+    pairs_h = {(k, _canonical(v)) for k, v in obj.items()}
+    pairs_r = {(k, _canonical(v)) for k, v in ref.items()}
     tp = len(pairs_h & pairs_r)
     if tp == 0:
         return True, 0.0
     p, r = tp / len(pairs_h), tp / len(pairs_r)
     return True, 2 * p * r / (p + r)
+
+
+def _canonical(value: Any) -> str:
+    """A JSON value as text that is equal for equal values: 1711 and 1711.0 are one number
+    (a label written by Python says 1711.0; an answer may not), true is not 1."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = float(value)
+    return json.dumps(value, sort_keys=True)
 
 
 _TOKEN = re.compile(r"\[[A-Z]+\]|\w+|[^\w\s]")

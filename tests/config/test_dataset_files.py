@@ -246,4 +246,4 @@ def test_a_files_own_split_with_a_near_duplicate_across_parts_is_refused(tmp_pat
         read_rows(_jsonl(tmp_path / "leak.jsonl", records))
     (problem,) = caught.value.problems
     assert problem.startswith("line 41: field 'split': 'train'")
-    assert "near-duplicate of line 4 in 'test'" in problem
+    assert "near-duplicate group with line 4 in 'test'" in problem

@@ -184,6 +184,15 @@ def test_a_json_object_that_misses_the_schema_is_not_valid() -> None:
     assert s.per_example == [0.0, 1.0] and s.summary["json_valid"] == 0.5
 
 
+def test_json_fields_are_compared_by_value() -> None:
+    """A price said as "1,711 Singapore dollars" is 1711 in an answer and may be 1711.0 in a
+    label; the field is right either way. A flag is not a number: true is not 1."""
+    from training.metrics import json_field_f1
+
+    assert json_field_f1('{"unit_price": 1711, "n": 2}', '{"unit_price": 1711.0, "n": 2}')[1] == 1.0
+    assert json_field_f1('{"follow_up": 1}', '{"follow_up": true}')[1] == 0.0
+
+
 def test_facts_penalise_invented_and_changed_facts() -> None:
     from training.metrics import facts_score
 

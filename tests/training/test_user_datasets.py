@@ -107,3 +107,17 @@ def test_names_are_masked_at_the_start_of_a_line_and_numbers_in_groups_are_one()
     a = "Hi team,\nSarah, the parcel for +65 8123 4567 is late."
     b = "Hi team,\nRajesh, the parcel for 91234567 is late."
     assert mask(a) == mask(b) == "hi team n the parcel for 0 is late"
+
+
+def test_texts_that_mask_to_almost_nothing_are_not_one_group() -> None:
+    """Title-case subject lines mask to "subject n": equal leftovers are no template. Equal
+    texts still are one record's duplicates."""
+    pairs = [
+        ("Subject: Password Reset Needed", "account"),
+        ("Subject: Invoice Missing", "billing"),
+        ("Re: Quarterly Budget Review Meeting", "meeting"),
+        ("Hello", "greeting"),
+        ("hello", "greeting"),
+    ]
+    groups = near_duplicate_groups(pairs)
+    assert len(set(groups[:3])) == 3 and groups[3] == groups[4]

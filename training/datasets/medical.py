@@ -302,7 +302,7 @@ PRESENTATION_ONE = (
         "pt {age}yo {sx} c/o {s1} x{n}{u}.",
         "Patient is a {age}-year-old {sex} complaining of {s1} for {dur}.",
     ),
-    ("{age}{sx} w/ {s1} x {n}{u}.", "This {age}-year-old {sex} with {s1} for {dur}."),
+    ("{age}{sx} w/ {s1} x {n}{u}.", "This {age}-year-old {sex} has {s1} for {dur}."),
     (
         "{age} y/o {sx} presents w/ {s1}, onset {n}{u} ago.",
         "{age}-year-old {sex} presenting with {s1}, with onset {dur} ago.",
@@ -471,9 +471,10 @@ def make(draw: Draw) -> Record:
         elif kind == "psh":
             clauses.append(_clause(draw, "psh", PSH, h=_term(draw, "history")))
         elif kind == "exam":
-            clauses.append(
-                _clause(draw, "exam", EXAM, e1=_term(draw, "exam"), e2=_term(draw, "exam"))
-            )
+            e1 = e2 = _term(draw, "exam")
+            while e2 == e1:
+                e2 = _term(draw, "exam")
+            clauses.append(_clause(draw, "exam", EXAM, e1=e1, e2=e2))
         else:
             weeks = rng.randint(1, 6)
             follow = _count(weeks, "week")

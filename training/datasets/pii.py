@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from functools import cache
-
-from faker import Faker
+from typing import TYPE_CHECKING
 
 from training.datasets.common import Draw, Record
 
+if TYPE_CHECKING:
+    from faker import Faker
+
 CARD = (
     "pii_redaction: synthetic customer-service sentences with typed slots for names, emails, "
-    "phone numbers, street addresses and national ID numbers in the formats of twelve "
-    "locales (faker), none real. "
+    "phone numbers and street addresses in the formats of twelve locales (faker), and ID "
+    "numbers shaped as US SSNs, UK NI, French INSEE, Italian codice fiscale, Brazilian CPF, "
+    "Dutch BSN, Canadian SIN and Singapore NRIC numbers; none real. "
     "The label replaces each value with [NAME], [EMAIL], [PHONE], [ADDRESS] or [ID]; the "
     "note lists the raw values so the evaluation can measure the leak rate."
 )
@@ -54,6 +58,7 @@ ITEMS = (
     "the cancellation request",
     "the membership card",
 )
+#: Days and times that read right in the past and the future ("left Monday", "visit Monday").
 DAYS = (
     "Monday",
     "Tuesday",
@@ -61,12 +66,12 @@ DAYS = (
     "Thursday",
     "Friday",
     "Saturday",
-    "next week",
-    "tomorrow",
-    "yesterday",
-    "last week",
+    "Sunday",
+    "today",
     "this morning",
-    "over the weekend",
+    "this afternoon",
+    "this evening",
+    "at noon",
 )
 
 TEMPLATES = (
@@ -148,6 +153,8 @@ LOCALES = (
 
 @cache
 def _faker(locale: str) -> Faker:
+    from faker import Faker
+
     return Faker(locale)
 
 
@@ -168,12 +175,26 @@ def _id(rng: random.Random) -> str:
     return _nric(rng) if rng.random() < 0.25 else _fake(rng).ssn()
 
 
-PRODUCERS = {
-    "name": lambda rng: (lambda f: f"{f.first_name()} {f.last_name()}")(_fake(rng)),
-    "email": lambda rng: _fake(rng).email(),
-    "phone": lambda rng: _fake(rng).phone_number(),
-    "address": lambda rng: _fake(rng).street_address().replace("\n", ", "),
-    "id": _id,
+def _name(rng: random.Random) -> str:
+    """A first and last name; faker's nl_NL writes some surnames inverted ("Bourgondië, van")."""
+    while True:
+        fake = _fake(rng)
+        name = f"{fake.first_name()} {fake.last_name()}"
+        if "," not in name:
+            return name
+
+
+def _clean(produce: Callable[[random.Random], str]) -> Callable[[random.Random], str]:
+    """One line, single spaces: es_ES addresses end in a space, some locales' hold a newline."""
+    return lambda rng: " ".join(produce(rng).replace("\n", ", ").split())
+
+
+PRODUCERS: dict[str, Callable[[random.Random], str]] = {
+    "name": _name,
+    "email": _clean(lambda rng: _fake(rng).email()),
+    "phone": _clean(lambda rng: _fake(rng).phone_number()),
+    "address": _clean(lambda rng: _fake(rng).street_address()),
+    "id": _clean(_id),
 }
 
 

@@ -284,8 +284,15 @@ PRICE_FORMATS = (
     ("{amount:,.2f} {words}", True),
     ("{code} {amount:.0f}", False),
 )
-#: Quantity formats: digits, with a thousands separator, or "N units".
-QUANTITY_FORMATS = ("{q}", "{q:,}", "{q} units of")
+#: Quantity formats: digits, with a thousands separator, "N units of", "a total of N"...
+QUANTITY_FORMATS = (
+    "{q}",
+    "{q:,}",
+    "{q} units of",
+    "a total of {q}",
+    "{q} pieces of",
+    "{q:,} units of",
+)
 
 
 def make(draw: Draw) -> Record:
@@ -296,12 +303,14 @@ def make(draw: Draw) -> Record:
     fields = {
         "customer": draw.value("company", COMPANIES),
         "product": draw.value("product", PRODUCTS),
-        "quantity": rng.choice((rng.randint(1, 60), rng.randint(1, 500), rng.randint(500, 5000))),
-        "unit_price": round(rng.uniform(5, 2500), 2) if cents else float(rng.randint(5, 2500)),
+        "quantity": rng.choice((rng.randint(2, 60), rng.randint(2, 500), rng.randint(500, 5000))),
+        # A price said without cents is a whole number in the label too (1711, not 1711.0).
+        "unit_price": round(rng.uniform(5, 2500), 2) if cents else rng.randint(5, 2500),
         "currency": currency,
         "stage": STAGES[rng.randrange(len(STAGES))],
-        "follow_up": rng.random() < 0.5,
     }
+    # A lost deal is not followed up ("I'll send the contract" would contradict it).
+    fields["follow_up"] = fields["stage"] != "closed_lost" and rng.random() < 0.5
     symbol, code, words = MONEY[currency]
     price = price_format.format(amount=fields["unit_price"], symbol=symbol, code=code, words=words)
     quantity = draw.template("quantity-format", QUANTITY_FORMATS).format(q=fields["quantity"])
