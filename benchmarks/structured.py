@@ -16,24 +16,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
-import openai
 import yaml
 from jsonschema import Draft202012Validator
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.local_up import local_platform
 from benchmarks.results import cores, write_section
-from config import CATALOG_PATH, ENVIRONMENTS_DIR
+from config import CATALOG_PATH
 from config.loader import SCHEMAS_DIR
 from training import datasets
 
@@ -41,93 +37,32 @@ HEADING = "## Structured output (`benchmarks/structured.py`)"
 ADAPTER = "sales-json"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
     ap.add_argument("--limit", type=int, default=0, help="first N test inputs (0: all)")
     args = ap.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="bench-structured-"))
     catalog = yaml.safe_load(CATALOG_PATH.read_text())
-    catalog["adapters"] = [a for a in catalog["adapters"] if a["name"] == ADAPTER]
-    (work / "adapters.yaml").write_text(yaml.safe_dump(catalog, sort_keys=False))
-    env = yaml.safe_load((ENVIRONMENTS_DIR / "local.yaml").read_text())
-    overrides = env.get("training", {}).get("adapters") or {}
-    env.setdefault("training", {})["adapters"] = {
-        k: v for k, v in overrides.items() if k == ADAPTER
-    }
-    (work / "environments").mkdir()
-    (work / "environments" / "local.yaml").write_text(yaml.safe_dump(env, sort_keys=False))
-    ports = {"gateway": free_port(), "endpoint": free_port(), "runtime": free_port()}
-    up = [
-        sys.executable,
-        "-m",
-        "local",
-        "up",
-        "--catalog",
-        str(work / "adapters.yaml"),
-        "--environments-dir",
-        str(work / "environments"),
-        "--state-dir",
-        str(work / "state"),
-        "--artifacts",
-        str(ROOT / ".artifacts"),
-        "--gateway-port",
-        str(ports["gateway"]),
-        "--endpoint-port",
-        str(ports["endpoint"]),
-        "--runtime-port",
-        str(ports["runtime"]),
-        "--wait",
-        "--no-tour",
-    ]
     t0 = time.perf_counter()
-    started = subprocess.run(up, cwd=ROOT, text=True, capture_output=True, check=False)
-    print(started.stdout[-3000:])
-    if started.returncode != 0:
-        print(started.stderr[-3000:], file=sys.stderr)
-        return 2
-    gateway = f"http://127.0.0.1:{ports['gateway']}"
     schema = json.loads((SCHEMAS_DIR / "sales-record.json").read_text())
     validator = Draft202012Validator(schema)
     entry = next(a for a in catalog["adapters"] if a["name"] == ADAPTER)
     split = datasets.load(entry["task"], entry.get("dataset_seed", 0))
     cases = split.test[: args.limit] if args.limit else split.test
     failures: list[str] = []
-    try:
-        http = httpx.Client(base_url=gateway, timeout=600)
-        client = openai.OpenAI(
-            base_url=f"{gateway}/v1", api_key="unused", max_retries=0, timeout=600
+    rows = []
+    results: dict[str, float] = {}
+    with local_platform([ADAPTER]) as started:
+        routes = (
+            ("native (router)", started.native),
+            ("OpenAI chat, user turn only", started.chat),
         )
-
-        def native(text: str) -> str:
-            r = http.post(
-                f"/v1/adapters/{ADAPTER}/generate",
-                json={"inputs": text, "parameters": {"max_new_tokens": 128}},
-            )
-            r.raise_for_status()
-            return r.json()["output"]
-
-        def chat(text: str) -> str:
-            out = client.chat.completions.create(
-                model=ADAPTER,
-                max_tokens=128,
-                temperature=0,
-                messages=[{"role": "user", "content": text}],
-            )
-            return out.choices[0].message.content or ""
-
-        rows = []
-        results: dict[str, float] = {}
-        for route, ask in (("native (router)", native), ("OpenAI chat, user turn only", chat)):
+        for route, ask in routes:
             t1 = time.perf_counter()
             with ThreadPoolExecutor(8) as pool:
-                answers = list(pool.map(ask, [c.raw for c in cases]))
+                answers = list(
+                    pool.map(lambda text, ask=ask: ask(ADAPTER, text), [c.raw for c in cases])
+                )
             took = time.perf_counter() - t1
             valid = exact = 0
             for case, answer in zip(cases, answers, strict=True):
@@ -146,13 +81,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"{exact}/{len(cases)} | {took:.0f} s |"
             )
             print(rows[-1], flush=True)
-    finally:
-        subprocess.run(
-            [sys.executable, "-m", "local", "down", "--state-dir", str(work / "state")],
-            cwd=ROOT,
-            check=False,
-            capture_output=True,
-        )
     table = "\n".join(
         [
             "| route | test inputs | schema-valid | equal to the label | time |",

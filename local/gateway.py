@@ -289,8 +289,9 @@ def _catalog_view(gateway: LocalGateway) -> dict[str, Any]:
 
 
 def _samples(task: str, entry: Any, n: int = 5) -> list[str]:
-    """A few test inputs of the task, never seen in training: of the entry's own dataset when
-    it names a file in the repository, else of the task's generator."""
+    """A few inputs never seen in training: of the entry's own dataset's test part when it
+    names a file in the repository, else the task's natural inputs (typed the way users type,
+    ``training.datasets.natural``) and then its generator's test inputs."""
     source = entry.dataset_file if entry is not None else None
     if source is not None and "://" not in source:
         return _file_samples(source, entry.dataset_seed, task, n)
@@ -304,11 +305,14 @@ def _generated_samples(task: str, n: int) -> list[str]:
         from training import datasets
     except ImportError:  # a gateway without the training extra shows no samples
         return []
+    from training.datasets.natural import natural
+
+    typed = [r.raw for r in natural(task)]
     try:
         split = datasets.load(task)
     except KeyError:
-        return []
-    return [r.raw for r in split.test[:n]]
+        return typed[:n]
+    return (typed + [r.raw for r in split.test])[: max(n, len(typed) + 2)]
 
 
 @functools.cache

@@ -25,15 +25,21 @@ def tour(
     only: set[str] | None = None,
 ) -> list[dict]:
     """One request per serving adapter through the gateway, then one repeat to show a cache
-    hit. Each sends a test-split input (never seen in training) as plain ``inputs``, the seed
-    article's request form (the runtime gives it the chat shape the adapter was trained on),
-    and shows whether the output kept the input's facts (and, for PII, leaked nothing)."""
+    hit. Each sends an input the way a user types it (``training.datasets.natural``; a
+    test-split input, never seen in training, for a task an entry defines) as plain
+    ``inputs``, the seed article's request form (the runtime gives it the chat shape the
+    adapter was trained on), and shows whether the output kept the input's facts (and, for
+    PII, leaked nothing)."""
     from config import CATALOG_PATH
     from training import datasets
+    from training.datasets.natural import natural
 
     adapters = [a for a in dep.adapters if only is None or a.name in only]
     samples = {
-        a.name: datasets.for_entry(a.entry, CATALOG_PATH.parent)[0].test[0] for a in adapters
+        a.name: (natural(a.entry.task) or datasets.for_entry(a.entry, CATALOG_PATH.parent)[0].test)[
+            0
+        ]
+        for a in adapters
     }
     rows = []
     with httpx.Client(base_url=gateway_url, timeout=120.0) as client:

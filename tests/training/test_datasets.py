@@ -192,3 +192,28 @@ def test_pii_labels_hold_placeholders_and_no_values() -> None:
             assert value in rec.raw and value not in rec.label
             assert PLACEHOLDERS[kind] in rec.label
         assert not re.search(r"@|\+65", rec.label)
+
+
+@pytest.mark.parametrize("task", sorted(GENERATORS))
+def test_natural_inputs_are_no_generated_text_and_their_labels_keep_their_facts(task: str) -> None:
+    """What the playground offers first and the tour sends: typed as users type, so no split
+    holds them, and each label is a correct answer that states its facts."""
+    from jsonschema import Draft202012Validator
+
+    from training.datasets.natural import natural
+
+    records = natural(task)
+    assert len(records) >= 4
+    generated = {normalize(r.raw) for p in PARTS for r in getattr(load(task), p)}
+    for rec in records:
+        assert rec.category == task and normalize(rec.raw) not in generated
+        for fact in rec.facts:
+            assert normalize(fact) in normalize(rec.label), (task, fact)
+        if task == "pii_redaction":
+            for kind, value in json.loads(rec.note).items():
+                assert value in rec.raw and value not in rec.label
+                assert PLACEHOLDERS[kind] in rec.label
+        elif task == "sales_json":
+            Draft202012Validator(SCHEMA).validate(json.loads(rec.label))
+        else:
+            assert rec.facts
