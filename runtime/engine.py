@@ -417,18 +417,33 @@ class Engine:
                 request_id,
                 lora_request=lora,
             )
+            finished = False
             try:
                 async for text in self._outputs(req, stream, deadline):
                     yield text
+                finished = True
             except (GeneratorExit, asyncio.CancelledError):
                 self.telemetry.stopped.labels("cancelled").inc()
                 raise
             finally:
                 await stream.aclose()
+                if not finished:
+                    await self._abort(request_id)
                 if not hit:  # vLLM loaded it from disk, and may have evicted another
                     self._follow_tiers()
         finally:
             await self.release(req)
+
+    async def _abort(self, request_id: str) -> None:
+        """Abort by our own (external) request id. vLLM's ``generate`` aborts a request it is
+        cancelled in only once ``add_request`` has returned its output queue: cancelled inside
+        it, while the request is handed to the engine core (a disconnect or the deadline at
+        that moment), the request ran on to ``max_tokens`` with nobody reading. vLLM maps the
+        external id to its internal ones; an id it no longer knows aborts nothing."""
+        try:
+            await asyncio.shield(self.llm.abort(request_id))
+        except Exception:  # a dead engine has nothing left to abort
+            log.warning("could not abort %s in vLLM", request_id, exc_info=True)
 
     async def _outputs(self, req: GenRequest, stream: Any, deadline: float) -> AsyncIterator[str]:
         pieces: list[str] = []

@@ -100,11 +100,22 @@ class _SlowStream:
         self.closed = True
 
 
-def test_the_deadline_aborts_the_request_with_504(tiny_base) -> None:
-    engine = Engine(RuntimeSettings(model_dir=tiny_base, request_timeout_s=0.3))
+def _stuck_engine(tiny_base, **settings) -> tuple[Engine, _SlowStream, list[str]]:
+    """An engine whose vLLM never answers (stuck inside ``add_request`` or behind other
+    work), recording what it is asked to abort."""
+    engine = Engine(RuntimeSettings(model_dir=tiny_base, **settings))
     engine.registry = AdapterRegistry(max_cpu_loras=2)
-    stream = _SlowStream()
-    engine.llm = SimpleNamespace(generate=lambda *a, **k: stream)
+    stream, aborted = _SlowStream(), []
+
+    async def abort(request_id: str) -> None:
+        aborted.append(request_id)
+
+    engine.llm = SimpleNamespace(generate=lambda prompt, params, rid, **k: stream, abort=abort)
+    return engine, stream, aborted
+
+
+def test_the_deadline_aborts_the_request_with_504(tiny_base) -> None:
+    engine, stream, aborted = _stuck_engine(tiny_base, request_timeout_s=0.3)
     req = GenRequest(adapter=None, input_ids=[1, 2], params=GenParams(max_new_tokens=4))
     engine.admit(req)
 
@@ -116,6 +127,31 @@ def test_the_deadline_aborts_the_request_with_504(tiny_base) -> None:
         asyncio.run(run())
     assert err.value.status == 504
     assert stream.closed, "the stream was not closed, so vLLM would not abort the request"
+    # Closing vLLM's stream aborts nothing while it is still inside add_request: the engine
+    # aborts by its own request id as well.
+    assert len(aborted) == 1 and aborted[0].startswith("rt-")
+    assert engine._admitted == 0
+
+
+def test_a_request_cancelled_before_its_first_output_is_aborted_in_vllm(tiny_base) -> None:
+    """A client that goes away while vLLM is still taking the request in (add_request)."""
+    engine, _, aborted = _stuck_engine(tiny_base)
+    req = GenRequest(adapter=None, input_ids=[1, 2], params=GenParams(max_new_tokens=4))
+    engine.admit(req)
+
+    async def run() -> None:
+        async def consume() -> None:
+            async for _ in engine.generate(req):
+                pass
+
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+    assert len(aborted) == 1 and aborted[0].startswith("rt-")
     assert engine._admitted == 0
 
 
