@@ -56,7 +56,7 @@ lint: $(PY)
 
 test: setup  ## the test suite (what .ci/run runs after lint)
 	scripts/system-deps redis
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 diff: $(PY)  ## catalog change summary, template diff against the snapshot, replacement check: make diff ENV=prod
 	$(PY) -m ops.changes --env $(ENV) || true
@@ -81,4 +81,4 @@ bench: setup  ## benchmarks (each prints a table and writes benchmarks/RESULTS.m
 	$(PY) benchmarks/merged.py
 	$(PY) benchmarks/router.py
 	$(PY) benchmarks/synth_scale.py
-	$(PY) -m training.train_all
+	$(PY) -m training.train_all; rc=$$?; $(PY) benchmarks/natural.py && exit $$rc

@@ -19,7 +19,7 @@ import httpx
 import openai
 import yaml
 
-from config import CATALOG_PATH, ENVIRONMENTS_DIR
+from config import CATALOG_PATH, ENVIRONMENTS_DIR, TASK_PROFILES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,6 +75,10 @@ def local_platform(adapters: list[str], *extra: str) -> Iterator[Platform]:
     env.setdefault("training", {})["adapters"] = {
         k: v for k, v in overrides.items() if k in adapters
     }
+    # A task only a removed entry defined is no longer known to the cut-down catalog.
+    kept = set(TASK_PROFILES) | {a["task"] for a in catalog["adapters"]}
+    tasks = env["training"].get("tasks") or {}
+    env["training"]["tasks"] = {k: v for k, v in tasks.items() if k in kept}
     (work / "environments").mkdir()
     (work / "environments" / "local.yaml").write_text(yaml.safe_dump(env, sort_keys=False))
     ports = {"gateway": free_port(), "endpoint": free_port(), "runtime": free_port()}

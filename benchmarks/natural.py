@@ -31,9 +31,9 @@ from config import load_deployment
 from config.loader import SCHEMAS_DIR
 from training.datasets.natural import natural
 from training.metrics import score
+from training.reuse import trained_here
 
 HEADING = "## Natural inputs (`benchmarks/natural.py`)"
-ADAPTERS = ROOT / ".artifacts" / "adapters"
 #: The goal, per task: (summary column, least or most allowed).
 GOALS = {
     "medical_shorthand": ("faithfulness", ">=", 0.8),
@@ -44,23 +44,6 @@ GOALS = {
     "sales_json": ("json_field_f1", ">=", 0.7),
 }
 SHOWN = ("faithfulness", "pii_leak_rate", "json_valid", "json_field_f1")
-
-
-def trained(dep) -> dict[str, bool]:
-    """The built-in adapters whose archive here was trained for this entry and base: whether
-    each passed its gate."""
-    from training.reuse import cached_adapter
-
-    base = ROOT / ".artifacts" / "base" / dep.base_key / "base_manifest.json"
-    if not base.exists():
-        return {}
-    manifest = json.loads(base.read_text())
-    out = {}
-    for a in dep.adapters:
-        if natural(a.entry.task) and cached_adapter(dep, a.name, ADAPTERS, manifest, None) is None:
-            evaluation = json.loads((ADAPTERS / a.name / "manifest.json").read_text())["eval"]
-            out[a.name] = bool(evaluation["publishable"])
-    return out
 
 
 def met(task: str, summary: dict[str, float]) -> bool:
@@ -75,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
     args = ap.parse_args(argv)
     dep = load_deployment("local")
-    served = trained(dep)
+    served = trained_here(
+        dep, ROOT / ".artifacts", [a.name for a in dep.adapters if natural(a.entry.task)]
+    )
     if not served:
         print("no trained built-in adapter here: run `make up` or python -m training.train_all")
         return 2

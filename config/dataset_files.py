@@ -25,6 +25,7 @@ import csv
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,19 +221,27 @@ MAX_LEAKS_SHOWN = 5
 
 def split_leaks(rows: list[Row]) -> list[str]:
     """A file's own split, checked: a record that is a near-duplicate (``near_duplicates``) of
-    a record in another part would let the adapter be tested on what it trained on."""
+    a record in another part would let the adapter be tested on what it trained on. Each
+    record outside its group's main part is named, beside the group's first record there."""
     groups = near_duplicate_groups([(r.input, r.output) for r in rows])
-    first: dict[int, Row] = {}
-    leaks = []
+    members: dict[int, list[Row]] = {}
     for group, row in zip(groups, rows, strict=True):
-        seen = first.setdefault(group, row)
-        if seen.split != row.split:
-            leaks.append(
-                f"{row.where}: field 'split': {row.split!r}, but the record is in one "
-                f"near-duplicate group with {seen.where} in {seen.split!r} (the same text once "
-                "digits, names and punctuation are masked, or six words in a row shared, "
-                "directly or through other records of the group); put the group in one part"
-            )
+        members.setdefault(group, []).append(row)
+    leaks = []
+    for group_rows in members.values():
+        parts = Counter(r.split for r in group_rows)
+        if len(parts) < 2:
+            continue
+        main = parts.most_common(1)[0][0]
+        anchor = next(r for r in group_rows if r.split == main)
+        leaks += [
+            f"{row.where}: field 'split': {row.split!r}, but the record is in one "
+            f"near-duplicate group with {anchor.where} in {main!r} (the same text once "
+            "digits, names and punctuation are masked, or six words in a row shared, "
+            "directly or through other records of the group); put the group in one part"
+            for row in group_rows
+            if row.split != main
+        ]
     shown = leaks[:MAX_LEAKS_SHOWN]
     if len(leaks) > len(shown):
         shown.append(f"and {len(leaks) - len(shown)} more records near-duplicated across splits")

@@ -194,6 +194,8 @@ def output_budget(tokenizer, train: list[Record], max_length: int) -> int:
     """New tokens every system may write: twice the longest *training* label, and room for a
     closing brace. Sized from the test labels (as it was: their longest plus 8) it told each
     system how long the right answer is and cut a rambling one off just past it."""
+    if not train:
+        raise ValueError("the output budget is sized from the training labels; none given")
     longest = max(len(tokenizer(r.label)["input_ids"]) for r in train)
     return min(max_length, 2 * longest + 16)
 
@@ -204,7 +206,7 @@ def compare(
     profile: TaskProfile,
     records: list[Record],
     *,
-    train: list[Record] | tuple[Record, ...] = (),
+    train: list[Record] | tuple[Record, ...],
     schema: dict[str, Any] | None = None,
     limit: int = GATE_EXAMPLES,
     cache_dir: Path | None = None,
@@ -226,7 +228,7 @@ def compare(
     tok = AutoTokenizer.from_pretrained(base_dir)
     texts = prompts(profile, records, tok)
     base_texts = prompts(profile, records, tok, contract(profile, schema))
-    tokens = output_budget(tok, list(train) or records, profile.max_length)
+    tokens = output_budget(tok, list(train), profile.max_length)
     base = AutoModelForCausalLM.from_pretrained(base_dir).eval()
     cached = None
     if cache_dir is not None:

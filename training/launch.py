@@ -22,8 +22,11 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from config import CATALOG_PATH, load_deployment
 from config.dataset_files import DatasetFileError
+from training.datasets.common import SplitError
 
 ROOT = Path(__file__).resolve().parents[1]
 HF_TRANSFORMERS = "4.56.2"
@@ -65,11 +68,13 @@ def stage_source(dest: Path, files: tuple[Path, ...] = ()) -> Path:
 
 
 def dataset_inputs(adapter: str, env: str, *, dry_run: bool) -> tuple[tuple[Path, ...], str | None]:
-    """(repository files the job needs, the s3:// dataset for its ``dataset`` channel). An S3
-    file is read and checked here, with the caller's credentials, before any job exists: a
-    bad file never reaches a training job (a dry run makes no AWS call and skips it)."""
+    """(repository files the job needs, the s3:// dataset for its ``dataset`` channel). The
+    file is read, checked and split here (an S3 one with the caller's credentials) before any
+    job exists: a bad file never reaches a training job (a dry run makes no AWS call and
+    skips an S3 file)."""
     from config.dataset_files import read_rows
     from config.loader import dataset_rows
+    from training.datasets.user import split_rows
 
     dep = load_deployment(env)
     entry = dep.adapter(adapter).entry
@@ -77,12 +82,16 @@ def dataset_inputs(adapter: str, env: str, *, dry_run: bool) -> tuple[tuple[Path
     if source is None:
         return (), None
     if not source.startswith("s3://"):
-        path, _ = dataset_rows(entry, CATALOG_PATH.parent)
+        path, rows = dataset_rows(entry, CATALOG_PATH.parent)
+        split_rows(entry.task, rows, entry.dataset_seed)
         return (path,), None
     if not dry_run:
         from training.datasets import fetch
 
-        read_rows(fetch(source), instruction=entry.profile().instruction)
+        rows = read_rows(fetch(source), instruction=entry.profile().instruction)
+        # The split the job will make: a file whose near-duplicate groups leave too few test
+        # groups is refused here, not an hour into the job.
+        split_rows(entry.task, rows, entry.dataset_seed)
     return (), source
 
 
@@ -269,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.adapter:
         try:
             inputs[name] = dataset_inputs(name, args.env, dry_run=args.dry_run)
-        except DatasetFileError as exc:
+        except (DatasetFileError, SplitError, BotoCoreError, ClientError) as exc:
             print(f"error: adapter {name!r}: {exc}", file=sys.stderr)
             return 2
     for name in args.adapter:

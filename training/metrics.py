@@ -280,8 +280,9 @@ def paired_bootstrap(
     Resampling the examples, with the adapter's and the base's score of one example kept
     together, is the paired bootstrap of Koehn (2004) for comparing two systems on one test
     set; the adapter beats the base when the interval's lower bound is above zero. With
-    ``groups`` (near-duplicates, ``config.near_duplicates``) whole groups
-    are resampled, a cluster bootstrap: near-duplicates are not independent evidence.
+    ``groups`` (a team's near-duplicate groups, or generated records' template combinations)
+    whole groups are resampled, a cluster bootstrap: near-duplicates are not independent
+    evidence.
     """
     if len(adapter) != len(base) or not adapter:
         raise ValueError("the bootstrap needs the same non-empty examples scored twice")

@@ -49,3 +49,19 @@ def cached_adapter(
     if m.dataset.get("sha256") != split.sha256():
         return "its dataset changed"
     return None
+
+
+def trained_here(dep: Deployment, artifacts: Path, names: list[str]) -> dict[str, bool]:
+    """Of ``names``, the adapters whose archive under ``artifacts`` was trained for this
+    catalog entry, base and gate (``make up``'s or ``training.train_all``'s): whether each
+    passed its gate."""
+    base = BaseManifest.load(artifacts / "base" / dep.base_key)
+    if base is None:
+        return {}
+    out = artifacts / "adapters"
+    found = {}
+    for name in names:
+        if cached_adapter(dep, name, out, base, None) is None:
+            manifest = AdapterManifest.read(out / name)
+            found[name] = bool((manifest.eval or {}).get("publishable"))
+    return found

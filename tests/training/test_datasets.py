@@ -79,6 +79,10 @@ def test_no_template_and_no_near_duplicate_straddles_two_parts(task: str, seed: 
     assert all(len(parts) == 1 for parts in where.values())
     assert {p for parts in where.values() for p in parts} == set(PARTS)
     assert straddling_groups(split, slots=True) == 0
+    # Slot-blind, as a team's file is grouped: every medical note states lexicon terms of six
+    # words ("left lower quadrant tenderness to palpation"), which tie the whole split into one
+    # group. The lexicon is the task's vocabulary, shared by design; its notes are held out by
+    # phrasing, which the slot-aware check above verifies.
     assert straddling_groups(split) == (1 if task == "medical_shorthand" else 0)
 
 
@@ -131,7 +135,7 @@ def test_sales_dialogues_vary_in_shape_and_number_format() -> None:
     split = load("sales_json")
     openings = {r.raw.split("\n")[0].split(":")[0] for r in split.train}
     assert len(openings) >= 4  # speaker labels
-    assert any("," in r.raw.split("\n")[2] for r in split.train)  # "1,250.00"
+    assert any(re.search(r"\d,\d{3}", r.raw) for r in split.train)  # "1,250.00"
     assert any("euros" in r.raw or "dollars" in r.raw for r in split.train)
     for rec in split.test:
         fields = json.loads(rec.label)
@@ -145,7 +149,7 @@ def test_a_generator_whose_templates_share_a_sentence_is_refused() -> None:
     def make(draw: Draw) -> Record:
         # Ten templates in five pairs; each pair shares one five-word run, six with the noun.
         k, second = divmod(draw.template("t", range(10)), 2)
-        shared = " ".join(f"{w}{k}" for w in ("alpha", "bravo", "charlie", "delta", "echo"))
+        shared = " ".join(w + "abcde"[k] for w in ("alpha", "bravo", "charlie", "delta", "echo"))
         n = draw.rng.randint(0, 10**6)
         text = f"{shared} parcel. Number {n}." if second else f"Number {n}: {shared} parcel."
         return draw.record(text, f"late {n}")
@@ -200,13 +204,17 @@ def test_natural_inputs_are_no_generated_text_and_their_labels_keep_their_facts(
     holds them, and each label is a correct answer that states its facts."""
     from jsonschema import Draft202012Validator
 
+    from config.near_duplicates import near_duplicate_groups
     from training.datasets.natural import natural
 
     records = natural(task)
     assert len(records) >= 4
-    generated = {normalize(r.raw) for p in PARTS for r in getattr(load(task), p)}
+    generated = [r.raw for p in PARTS for r in getattr(load(task), p)]
+    # No natural input is a near-duplicate of a generated one (a template's output).
+    groups = near_duplicate_groups([(t, "") for t in generated + [r.raw for r in records]])
+    assert not set(groups[: len(generated)]) & set(groups[len(generated) :])
     for rec in records:
-        assert rec.category == task and normalize(rec.raw) not in generated
+        assert rec.category == task
         for fact in rec.facts:
             assert normalize(fact) in normalize(rec.label), (task, fact)
         if task == "pii_redaction":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import botocore.session
 import pytest
 from botocore.validate import validate_parameters
@@ -88,3 +90,29 @@ def test_several_adapters_have_every_dataset_checked_before_the_first_job(
     assert started == []
     err = capsys.readouterr().err
     assert "adapter 'support-triage'" in err and "line 1: field 'output': missing" in err
+
+
+def test_a_file_whose_split_would_fail_starts_no_job(tmp_path, monkeypatch, capsys) -> None:
+    """Every record passes its checks, but they are slot fills of one sentence: one
+    near-duplicate group, and no test part of ten groups. Refused before a job, not in it."""
+    from config.schema import AdapterEntry
+    from training import launch as launcher
+
+    real = AdapterEntry.dataset_file
+    monkeypatch.setattr(
+        AdapterEntry,
+        "dataset_file",
+        property(lambda self: S3_DATASET if self.name == "support-triage" else real.fget(self)),
+    )
+    one = tmp_path / "tickets.jsonl"
+    records = [
+        {"input": f"Order {i} for Alice has shipped to the main warehouse today.", "output": "ok"}
+        for i in range(60)
+    ]
+    one.write_text("".join(json.dumps(r) + "\n" for r in records))
+    monkeypatch.setattr("training.datasets.fetch", lambda u: one)
+    started: list[str] = []
+    monkeypatch.setattr(launcher, "launch", lambda name, *a, **k: started.append(name))
+    assert launcher.main(["--env", "dev", "--role", ROLE, "--adapter", "support-triage"]) == 2
+    assert started == []
+    assert "near-duplicate groups leave" in capsys.readouterr().err

@@ -1,6 +1,8 @@
-"""The tour's answers keep their inputs' facts: the local platform's trained medical and PII
-adapters, served by the runtime on the real base, answer the tour's test inputs (sent as plain
-``inputs``, as the tour sends them) with the age, sex and durations kept, and no personal data.
+"""Trained adapters keep their inputs' facts: the local platform's trained medical and PII
+adapters that passed their gate, served by the runtime on the real base, answer a test-split
+input (sent as plain ``inputs``, as the tour sends its inputs) with the age, sex and durations
+kept, and no personal data. The inputs the tour sends, typed by hand
+(``training.datasets.natural``), are scored by ``benchmarks/natural.py``.
 
 The adapters are what ``make up`` (or ``python -m training.train_all``) trains, about an hour on
 two cores; where they have not been trained yet (a fresh clone, CI), there is nothing to check.
@@ -25,18 +27,9 @@ TOUR = ("medical-shorthand-r64", "medical-shorthand-r8", "pii-redaction")
 def _trained(dep) -> list[str]:
     """The tour's adapters whose archive was trained for this catalog entry and base and
     passed its gate (the tour serves no other)."""
-    from training.reuse import cached_adapter
+    from training.reuse import trained_here
 
-    base = ROOT / ".artifacts" / "base" / dep.base_key / "base_manifest.json"
-    if not base.exists():
-        return []
-    manifest = json.loads(base.read_text())
-    return [
-        n
-        for n in TOUR
-        if cached_adapter(dep, n, ADAPTERS, manifest, None) is None
-        and json.loads((ADAPTERS / n / "manifest.json").read_text())["eval"]["publishable"]
-    ]
+    return [n for n, ok in trained_here(dep, ROOT / ".artifacts", list(TOUR)).items() if ok]
 
 
 def test_the_tours_medical_and_pii_answers_keep_their_facts(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -37,11 +38,22 @@ DEFAULT_SIZE = 600
 DATASET_CACHE = Path(__file__).resolve().parents[2] / ".artifacts" / "datasets"
 
 
-@functools.cache
+#: One build at a time: the PII generator reseeds process-wide faker instances on every
+#: draw, so two threads building at once (the gateway's catalog view runs in threads) would
+#: interleave their draws and cache a split no other run reproduces.
+_BUILDING = threading.Lock()
+
+
 def load(task: str, seed: int = 0, size: int = DEFAULT_SIZE) -> Split:
     """The train / validation / test split of one task, identical for the same (task, seed,
     size): templates, slot values, inputs and labels never cross parts (``common.build``).
     Cached: a split is immutable, and building one with its checks takes a second or two."""
+    with _BUILDING:
+        return _load(task, seed, size)
+
+
+@functools.cache
+def _load(task: str, seed: int, size: int) -> Split:
     try:
         module = GENERATORS[task]
     except KeyError:

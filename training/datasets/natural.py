@@ -37,10 +37,16 @@ NATURAL: dict[str, tuple[Record, ...]] = {
         ),
         Record(
             "medical_shorthand",
-            "pt 72yo f c/o brbpr and ha x3d.",
-            "Patient is a 72-year-old female complaining of bright red blood per rectum and "
-            "headache for 3 days.",
-            facts=("72-year-old", "female", "bright red blood per rectum", "headache", "3 days"),
+            "F 72, brbpr since sat, also HA. vitals ok, will get cbc.",
+            "A 72-year-old woman with bright red blood per rectum since Saturday, and a "
+            "headache. Vital signs are normal; a complete blood count will be obtained.",
+            facts=(
+                "72",
+                "bright red blood per rectum",
+                "Saturday",
+                "headache",
+                "complete blood count",
+            ),
         ),
         Record(
             "medical_shorthand",
