@@ -49,9 +49,8 @@ def test_a_repository_dataset_travels_with_the_job_source(tmp_path) -> None:
 S3_DATASET = "s3://team-data/support/tickets.jsonl"
 
 
-@pytest.fixture
-def bad_s3_dataset(tmp_path, monkeypatch) -> str:
-    """support-triage names an S3 file whose first record has no output."""
+def _s3_dataset(monkeypatch, file) -> str:
+    """support-triage names an S3 object, which the download returns as ``file``."""
     from config.schema import AdapterEntry
 
     real = AdapterEntry.dataset_file
@@ -60,10 +59,16 @@ def bad_s3_dataset(tmp_path, monkeypatch) -> str:
         "dataset_file",
         property(lambda self: S3_DATASET if self.name == "support-triage" else real.fget(self)),
     )
+    monkeypatch.setattr("training.datasets.fetch", lambda u: file)
+    return S3_DATASET
+
+
+@pytest.fixture
+def bad_s3_dataset(tmp_path, monkeypatch) -> str:
+    """support-triage names an S3 file whose first record has no output."""
     bad = tmp_path / "tickets.jsonl"
     bad.write_text('{"input": "hello"}\n')
-    monkeypatch.setattr("training.datasets.fetch", lambda u: bad)
-    return S3_DATASET
+    return _s3_dataset(monkeypatch, bad)
 
 
 def test_an_s3_dataset_is_checked_before_any_job_and_mounted_as_a_channel(bad_s3_dataset) -> None:
@@ -95,22 +100,15 @@ def test_several_adapters_have_every_dataset_checked_before_the_first_job(
 def test_a_file_whose_split_would_fail_starts_no_job(tmp_path, monkeypatch, capsys) -> None:
     """Every record passes its checks, but they are slot fills of one sentence: one
     near-duplicate group, and no test part of ten groups. Refused before a job, not in it."""
-    from config.schema import AdapterEntry
     from training import launch as launcher
 
-    real = AdapterEntry.dataset_file
-    monkeypatch.setattr(
-        AdapterEntry,
-        "dataset_file",
-        property(lambda self: S3_DATASET if self.name == "support-triage" else real.fget(self)),
-    )
     one = tmp_path / "tickets.jsonl"
     records = [
         {"input": f"Order {i} for Alice has shipped to the main warehouse today.", "output": "ok"}
         for i in range(60)
     ]
     one.write_text("".join(json.dumps(r) + "\n" for r in records))
-    monkeypatch.setattr("training.datasets.fetch", lambda u: one)
+    _s3_dataset(monkeypatch, one)
     started: list[str] = []
     monkeypatch.setattr(launcher, "launch", lambda name, *a, **k: started.append(name))
     assert launcher.main(["--env", "dev", "--role", ROLE, "--adapter", "support-triage"]) == 2
