@@ -148,8 +148,10 @@ def platform(tmp_path_factory: pytest.TempPathFactory):
         artifacts=root / "artifacts",
         ports={"gateway": free_port(), "endpoint": free_port(), "runtime": free_port()},
     )
-    p.first_up = p.up()
     try:
+        # Inside the try: an `up` that times out has started processes all the same, and they
+        # must go down with the fixture, not train on behind the rest of the suite.
+        p.first_up = p.up()
         assert p.first_up.returncode == 0, p.first_up.stdout[-4000:] + p.first_up.stderr[-4000:]
         yield p
     finally:
