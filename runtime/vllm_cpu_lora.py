@@ -78,22 +78,35 @@ def lora_product(
     scaling: float = 1.0,
 ) -> None:
     """``out[r, columns] (+)= scaling * x[r] @ weights[indices[r]].T`` for every row ``r`` of
-    ``x`` whose index is not negative; the other rows of ``out`` are not touched."""
+    ``x`` whose index is not negative; the other rows of ``out`` are not touched. ``weights``
+    are ``(slots, out, in)``; only the slots in use are cast to ``out``'s dtype."""
     rows = x.shape[0]
-    indices = indices[:rows]
+    if indices.shape[0] != rows or out.shape[0] < rows:
+        # vLLM 0.32.0 passes one index per input row and an output at least as tall; its op
+        # would broadcast or fail on anything else, so say so rather than guess.
+        raise ValueError(
+            f"LoRA op: {rows} input rows, {indices.shape[0]} adapter indices, "
+            f"{out.shape[0]} output rows"
+        )
+    if rows == 0:
+        return
+    x = x.to(dtype=out.dtype)
     slots, counts = torch.unique(indices, return_counts=True)
     if slots.numel() == 1:  # one adapter (or none) for every row: no row is moved
         slot = int(slots[0])
         if slot >= 0:
-            _write(out, slice(0, rows), columns, x @ weights[slot].T, add, scaling)
+            y = x @ weights[slot].to(dtype=out.dtype).T
+            _write(out, slice(0, rows), columns, y, add, scaling)
         return
     if rows <= GATHER_ROWS_PER_SLOT * slots.numel():
         if int(slots[0]) >= 0:  # every row has an adapter: whole rows, no index to write through
             keep: Any = slice(0, rows)
-            y = torch.einsum("bi,boi->bo", x, weights[indices])
+            per_row = weights[indices]
+            y = torch.einsum("bi,boi->bo", x, per_row.to(dtype=out.dtype))
         else:
             keep = (indices >= 0).nonzero().squeeze(1)
-            y = torch.einsum("bi,boi->bo", x[keep], weights[indices[keep]])
+            per_row = weights[indices[keep]]
+            y = torch.einsum("bi,boi->bo", x[keep], per_row.to(dtype=out.dtype))
         _write(out, keep, columns, y, add, scaling)
         return
     order = torch.argsort(indices, stable=True)  # rows without an adapter (-1) sort first
@@ -105,9 +118,8 @@ def lora_product(
         if slot < 0:
             skipped += count
         else:
-            torch.matmul(
-                ordered[start : start + count], weights[slot].T, out=y[start : start + count]
-            )
+            w = weights[slot].to(dtype=out.dtype)
+            torch.matmul(ordered[start : start + count], w.T, out=y[start : start + count])
         start += count
     _write(out, order[skipped:], columns, y[skipped:], add, scaling)
 
@@ -120,11 +132,9 @@ def bgmv_shrink(
     scaling: float = 1.0,
 ) -> None:
     """``output[r, :rank] = scaling * inputs[r] @ A[slot(r)].T`` for rows with an adapter."""
-    w = _stacked(lora_b_weights).to(dtype=output_tensor.dtype)
-    x = inputs.to(dtype=output_tensor.dtype)
-    lora_product(
-        x, w, output_tensor, lora_indices_tensor, slice(0, w.shape[1]), add=False, scaling=scaling
-    )
+    w = _stacked(lora_b_weights)
+    columns = slice(0, w.shape[1])
+    lora_product(inputs, w, output_tensor, lora_indices_tensor, columns, add=False, scaling=scaling)
 
 
 def bgmv_expand(
@@ -135,18 +145,19 @@ def bgmv_expand(
     add_inputs: bool = True,
 ) -> None:
     """``output[r] (+)= inputs[r] @ B[slot(r)].T`` for rows with an adapter, over the columns
-    both have. As in vLLM's op, one input row meeting many output rows is added to all."""
+    both have. As in vLLM's op, one row (input and index) meeting many output rows is added
+    to all of them."""
     width = min(_stacked(lora_b_weights).shape[1], output_tensor.shape[1])
-    w = _stacked(lora_b_weights)[:, :width].to(dtype=output_tensor.dtype)
-    x = inputs.to(dtype=output_tensor.dtype)
+    w = _stacked(lora_b_weights)[:, :width]
     columns = slice(0, width)
-    if x.shape[0] == 1 and output_tensor.shape[0] != 1:
+    single = inputs.shape[0] == 1 and lora_indices_tensor.shape[0] == 1
+    if single and output_tensor.shape[0] != 1:
         slot = int(lora_indices_tensor[0])
         if slot >= 0:
-            _write(output_tensor, slice(None), columns, x @ w[slot].T, add_inputs, 1.0)
+            y = inputs.to(dtype=output_tensor.dtype) @ w[slot].to(dtype=output_tensor.dtype).T
+            _write(output_tensor, slice(None), columns, y, add_inputs, 1.0)
         return
-    rows = min(x.shape[0], output_tensor.shape[0])
-    lora_product(x[:rows], w, output_tensor, lora_indices_tensor, columns, add=add_inputs)
+    lora_product(inputs, w, output_tensor, lora_indices_tensor, columns, add=add_inputs)
 
 
 def bgmv_expand_slice(
@@ -159,10 +170,9 @@ def bgmv_expand_slice(
     add_inputs: bool = True,
 ) -> None:
     """``bgmv_expand`` into the columns ``slice_offset : slice_offset + slice_size``."""
-    w = _stacked(lora_b_weights).to(dtype=output_tensor.dtype)
-    x = inputs.to(dtype=output_tensor.dtype)
     columns = slice(slice_offset, slice_offset + slice_size)
-    lora_product(x, w, output_tensor, lora_indices_tensor, columns, add=add_inputs)
+    w = _stacked(lora_b_weights)
+    lora_product(inputs, w, output_tensor, lora_indices_tensor, columns, add=add_inputs)
 
 
 def register() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from vllm.lora.ops.torch_ops import lora_ops
+from vllm.platforms import current_platform
 
 from runtime import vllm_cpu_lora
 
@@ -92,6 +93,7 @@ def test_one_adapter_for_every_row_and_the_shipped_ops_edge_cases(tensors) -> No
     assert _close(narrow, want)
 
 
+@pytest.mark.skipif(not current_platform.is_cpu(), reason="the plugin acts on vLLM's CPU build")
 def test_the_prefill_ops_use_the_replacements_once_registered(tensors, monkeypatch) -> None:
     """``sgmv_*`` (prefill) call the ``bgmv_*`` ops through vLLM's module: registering the
     plugin makes them skip rows without an adapter too."""
@@ -148,3 +150,44 @@ def test_both_ways_of_computing_agree_with_the_shipped_ops(monkeypatch, rows_per
         lora_ops.bgmv_expand_slice(x[adapter], b, want, indices[adapter], 1, OUT, add)
         assert _close(ours[adapter], want)
         assert torch.equal(ours[~adapter], y[~adapter])
+
+
+@pytest.mark.parametrize("rows_per_slot", [0, 1000], ids=["sorted-by-adapter", "per-row-copy"])
+def test_bfloat16_weights_into_a_float32_buffer_and_a_narrower_output(
+    monkeypatch, rows_per_slot
+) -> None:
+    """A bfloat16 model: vLLM's shrink writes into a float32 buffer and its expand adds into
+    bfloat16 activations, some narrower than the adapter (``common_len``)."""
+    monkeypatch.setattr(vllm_cpu_lora, "GATHER_ROWS_PER_SLOT", rows_per_slot)
+    torch.manual_seed(2)
+    rows = 24
+    indices = torch.tensor([-1, 0, 1, 2] * 6)
+    h = torch.randn(rows, HIDDEN, dtype=torch.bfloat16)
+    a = torch.randn(SLOTS, 1, RANK, HIDDEN, dtype=torch.bfloat16)
+    b = torch.randn(SLOTS, 1, OUT, RANK, dtype=torch.bfloat16)
+    adapter = indices >= 0
+    ours = torch.zeros(rows, RANK)
+    vllm_cpu_lora.bgmv_shrink(h, a, ours, indices, 1.0)
+    shipped = torch.zeros(int(adapter.sum()), RANK)
+    lora_ops.bgmv_shrink(h[adapter], a, shipped, indices[adapter], 1.0)
+    assert ours.dtype == torch.float32 and _close(ours[adapter], shipped)
+    y = torch.randn(rows, OUT - 2, dtype=torch.bfloat16)
+    mine = y.clone()
+    vllm_cpu_lora.bgmv_expand(ours, b, mine, indices, True)
+    theirs = y[adapter].clone()
+    lora_ops.bgmv_expand(ours[adapter], b, theirs, indices[adapter], True)
+    assert mine.dtype == torch.bfloat16 and torch.equal(mine[~adapter], y[~adapter])
+    assert torch.allclose(mine[adapter].float(), theirs.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_an_empty_batch_writes_nothing_and_mismatched_rows_are_refused(tensors) -> None:
+    empty = torch.empty(0, dtype=torch.long)
+    out = torch.zeros(0, RANK)
+    vllm_cpu_lora.bgmv_shrink(torch.randn(0, HIDDEN), tensors["a"], out, empty, 1.0)
+    vllm_cpu_lora.bgmv_expand(torch.randn(0, RANK), tensors["b"], torch.zeros(0, OUT), empty)
+    # One index per input row, as vLLM 0.32.0 passes them: anything else is an error, not a
+    # guess at which adapter a row meant.
+    with pytest.raises(ValueError, match="2 input rows, 3 adapter indices"):
+        vllm_cpu_lora.bgmv_shrink(
+            tensors["h"][:2], tensors["a"], torch.zeros(2, RANK), torch.tensor([0, 1, 2]), 1.0
+        )
