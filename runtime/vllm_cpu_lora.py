@@ -21,7 +21,8 @@ The replacements below keep the ops' signatures and output contract (assign for 
 or assign for expand, the expand's broadcast of a single row and its ``common_len`` columns), so
 ``sgmv_*``, which call them through the module, use them too; rows whose index is negative are
 left exactly as they were. Each call picks the cheaper of two ways to compute the same product
-(measured on the bench model's shapes, ``benchmarks/serving.py``):
+(timed by hand on two cores, one shrink and one expand at the bench model's shapes: hidden 512,
+MLP 1536, rank 16, 12 slots; repeated runs varied by about a third):
 
 - rows sorted by adapter, one matrix product per adapter, what vLLM's GPU kernels (SGMV) and
   PEFT do: the prefill's way (300 tokens over 12 adapters: 1.1 ms against vLLM's 3.4 ms);
