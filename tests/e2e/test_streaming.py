@@ -39,35 +39,55 @@ def _cancelled(platform) -> float:
     return 0.0
 
 
+#: Seeds to try: the fixture's adapters learned to end their short training labels, so a
+#: sampled answer may stop after a dozen tokens, which take a few milliseconds on the CPU.
+SEEDS = range(7, 27)
+
+
+def _with_seed(body: dict, seed: int, **parameters) -> dict:
+    return {**body, "parameters": {**body["parameters"], "seed": seed, **parameters}}
+
+
 def test_events_arrive_before_the_generation_ends(platform) -> None:
     adapter = _deployment(platform).adapters[0]
-    body = {**LONG, "parameters": {**LONG["parameters"], "max_new_tokens": 120}}
-    with httpx.stream(
-        "POST", f"{platform.gateway}/v1/adapters/{adapter.name}/generate", json=body, timeout=120
-    ) as resp:
-        assert resp.status_code == 200, resp.read()
-        events = list(_events(resp))
-    tokens = [e for e in events if e[0] == "token"]
+    url = f"{platform.gateway}/v1/adapters/{adapter.name}/generate"
+    # The first answer long enough that its delivery takes time. Up to 600 tokens (about 2 s
+    # here): the local gateway has been seen to hold a stream's first events for a third of a
+    # second while vLLM keeps both cores busy, which covered a whole 120-token answer.
+    for seed in SEEDS:
+        with httpx.stream("POST", url, json=_with_seed(LONG, seed), timeout=120) as resp:
+            assert resp.status_code == 200, resp.read()
+            events = list(_events(resp))
+        tokens = [e for e in events if e[0] == "token"]
+        if len(tokens) >= 60:
+            break
+    else:
+        pytest.fail(f"no seed in {SEEDS} gave an answer of 60 tokens or more")
     kind, done, t_done = events[-1]
-    assert kind == "done" and len(tokens) > 10
+    assert kind == "done"
     assert tokens[0][2] < t_done - 0.05, "the first token came only with the answer"
     assert "".join(e[1]["text"] for e in tokens) == done["output"]
     assert done["served_by"] == adapter.component_name and done["usage"]["output_tokens"] > 10
 
 
 def test_a_client_that_goes_away_stops_the_generation(platform) -> None:
+    """Each try leaves after the first token of an answer of up to 600 tokens; an answer that
+    the adapter ends within a few tokens finishes before the departure reaches the server, so
+    the next seed is tried. One stopped generation is what this asserts."""
     adapter = _deployment(platform).adapters[0]
-    before = _cancelled(platform)
-    with httpx.stream(
-        "POST", f"{platform.gateway}/v1/adapters/{adapter.name}/generate", json=LONG, timeout=120
-    ) as resp:
-        assert resp.status_code == 200
-        next(e for e in _events(resp) if e[0] == "token")
-    # Leaving the block closed the connection: the model server must drop the row.
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and _cancelled(platform) <= before:
-        time.sleep(0.1)
-    assert _cancelled(platform) > before, "the generation ran on for a client that left"
+    url = f"{platform.gateway}/v1/adapters/{adapter.name}/generate"
+    for seed in SEEDS:
+        before = _cancelled(platform)
+        with httpx.stream("POST", url, json=_with_seed(LONG, seed), timeout=120) as resp:
+            assert resp.status_code == 200
+            next(e for e in _events(resp) if e[0] == "token")
+        # Leaving the block closed the connection: the model server must drop the row.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _cancelled(platform) <= before:
+            time.sleep(0.1)
+        if _cancelled(platform) > before:
+            return
+    pytest.fail("the generation ran on for a client that left, for every seed tried")
 
 
 @pytest.fixture(scope="module")
