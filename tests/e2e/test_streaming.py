@@ -44,8 +44,8 @@ def _cancelled(platform) -> float:
 SEEDS = range(7, 27)
 
 
-def _with_seed(body: dict, seed: int, **parameters) -> dict:
-    return {**body, "parameters": {**body["parameters"], "seed": seed, **parameters}}
+def _with_seed(body: dict, seed: int) -> dict:
+    return {**body, "parameters": {**body["parameters"], "seed": seed}}
 
 
 def test_events_arrive_before_the_generation_ends(platform) -> None:
