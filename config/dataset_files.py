@@ -16,7 +16,7 @@ Accepted records, one per JSON line, CSV row or Parquet row:
 
 JSON Lines is read with the standard library (an error names its line); CSV and Parquet go
 through Hugging Face ``datasets``, as the issue that asked for them specifies, and an error
-names the row (CSV: its line is the row plus one, for the header).
+names the row (CSV: also the line it starts on, which quoted line breaks can push down).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import random
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -138,7 +139,12 @@ def parse_record(where: str, record: Any, problems: list[str]) -> Row | None:
         return None
     start = len(problems)
     split = record.get("split")
-    if not isinstance(split, str) or not split.strip():  # absent, empty, or a CSV's empty cell
+    if split is not None and not isinstance(split, str):  # 0/1/2 or true: not a part's name
+        problems.append(
+            f"{where}: field 'split': {split!r} is a {type(split).__name__}; it must be one of "
+            f"{', '.join(SPLITS)}"
+        )
+    elif split is None or not split.strip():  # absent, empty, or a CSV's empty cell
         split = None
     elif split not in SPLITS:
         problems.append(f"{where}: field 'split': {split!r} is not one of {', '.join(SPLITS)}")
@@ -180,25 +186,67 @@ def _read_jsonl(path: Path, problems: list[str]) -> list[Row]:
     return rows
 
 
+def _csv_lines(path: Path) -> tuple[list[str], list[int]]:
+    """The CSV's header and the physical line each data row starts on: a quoted field may
+    hold line breaks, so a row's line is not its index plus one."""
+    with path.open(newline="", encoding="utf-8-sig") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, [])
+        starts, line = [], reader.line_num
+        for cells in reader:
+            if any(c.strip() for c in cells):  # pandas skips blank lines too
+                starts.append(line + 1)
+            line = reader.line_num
+    return header, starts
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost message: ``datasets`` wraps pandas' and pyarrow's errors (which name the
+    line) in a generic "An error occurred while generating the dataset"."""
+    while exc.__cause__ is not None or exc.__context__ is not None:
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return str(exc).strip() or type(exc).__name__
+
+
 def _read_table(path: Path, problems: list[str]) -> list[Row]:
     """CSV or Parquet through Hugging Face ``datasets``, held in memory (no cache files)."""
     try:
+        import datasets
         from datasets import Dataset, Features, Value
     except ImportError:
         problems.append("reading CSV or Parquet needs Hugging Face datasets (pip install datasets)")
         return []
+    starts: list[int] = []
+    if path.suffix == ".csv":
+        header, starts = _csv_lines(path)
+        if not header:
+            problems.append("no header row (expected input,output[,split] or messages)")
+            return []
+        if not starts:
+            problems.append("0 records: the file has a header row and no data")
+            return []
+    bars = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # make check prints problems, not progress
     try:
         if path.suffix == ".csv":
-            # Every column as text: a label of "1" or "4.5" is a label, not a number.
-            with path.open(newline="", encoding="utf-8-sig") as fh:
-                header = next(csv.reader(fh), [])
+            # Every column as text: a label of "1" or "4.5" is a label, not a number; and
+            # "None", "N/A" or "null" are labels, not pandas' missing values.
             text = Features({column: Value("string") for column in header})
-            table = Dataset.from_csv(str(path), keep_in_memory=True, features=text)
+            table = Dataset.from_csv(
+                str(path),
+                keep_in_memory=True,
+                features=text,
+                keep_default_na=False,
+                na_filter=False,
+            )
         else:
             table = Dataset.from_parquet(str(path), keep_in_memory=True)
     except Exception as exc:
-        problems.append(f"cannot be read as {path.suffix[1:].upper()}: {exc}")
+        problems.append(f"cannot be read as {path.suffix[1:].upper()}: {_cause(exc)}")
         return []
+    finally:
+        if bars:
+            datasets.enable_progress_bars()
     columns = set(table.column_names)
     if "messages" not in columns and not {"input", "output"} <= columns:
         problems.append(
@@ -206,13 +254,74 @@ def _read_table(path: Path, problems: list[str]) -> list[Row]:
             "messages"
         )
         return []
-    offset = 2 if path.suffix == ".csv" else 1
     rows: list[Row] = []
     for i, record in enumerate(table):
-        where = f"row {i + 1}" + (f" (line {i + offset})" if path.suffix == ".csv" else "")
-        if (row := parse_record(where, record, problems)) is not None:
+        line = f" (line {starts[i]})" if i < len(starts) else ""
+        if (row := parse_record(f"row {i + 1}{line}", record, problems)) is not None:
             rows.append(row)
     return rows
+
+
+#: Test and validation shares of the records when the file gives no split, with floors.
+TEST_SHARE, TEST_MIN = 0.15, 20
+VALIDATION_SHARE, VALIDATION_MIN = 0.10, 10
+#: Fewest near-duplicate groups the test part may hold: the gate resamples groups, and a few
+#: groups make an interval that says nothing.
+TEST_GROUPS_MIN = 10
+
+
+class DatasetSplitError(ValueError):
+    """The near-duplicate groups of a file leave no usable train / validation / test split."""
+
+
+def partition(rows: list[Row], task: str, seed: int = 0) -> tuple[list[int], dict[str, list[int]]]:
+    """Each row's near-duplicate group, and the rows (by index) of each part: the file's own
+    split, honoured, or whole groups drawn in a seeded order. Here, in ``config``, so that
+    ``make check`` refuses a file whose groups cannot be split before a job is created;
+    ``training.datasets.user`` builds the records from it."""
+    groups = near_duplicate_groups([(r.input, r.output) for r in rows])
+    rng = random.Random(f"{task}:{seed}")  # noqa: S311 - a reproducible split, not a secret
+
+    def grouped(indices: list[int]) -> list[list[int]]:
+        by: dict[int, list[int]] = {}
+        for i in indices:
+            by.setdefault(groups[i], []).append(i)
+        order = list(by.values())
+        rng.shuffle(order)
+        return order
+
+    def take(order: list[list[int]], want: int) -> tuple[list[int], list[list[int]]]:
+        taken: list[int] = []
+        for k, group in enumerate(order):
+            if len(taken) >= want:
+                return taken, order[k:]
+            taken += group
+        return taken, []
+
+    if any(r.split is not None for r in rows):
+        parts = {p: [i for i, r in enumerate(rows) if r.split == p] for p in SPLITS}
+        if not parts["validation"]:
+            want = max(VALIDATION_MIN, round(VALIDATION_SHARE * len(parts["train"])))
+            parts["validation"], rest = take(grouped(parts["train"]), want)
+            parts["train"] = [i for g in rest for i in g]
+    else:
+        order = grouped(list(range(len(rows))))
+        test, order = take(order, max(TEST_MIN, round(TEST_SHARE * len(rows))))
+        validation, order = take(order, max(VALIDATION_MIN, round(VALIDATION_SHARE * len(rows))))
+        parts = {"train": [i for g in order for i in g], "validation": validation, "test": test}
+    test_groups = len({groups[i] for i in parts["test"]})
+    if (
+        len(parts["train"]) < len(rows) // 4
+        or len(parts["test"]) < TEST_MIN
+        or test_groups < TEST_GROUPS_MIN
+    ):
+        sizes = ", ".join(f"{p} {len(parts[p])}" for p in SPLITS)
+        raise DatasetSplitError(
+            f"the near-duplicate groups leave {sizes} records ({test_groups} groups in test, "
+            f"at least {TEST_GROUPS_MIN} needed); the file needs more distinct inputs "
+            "(records that repeat one sentence or one text are one group)"
+        )
+    return groups, parts
 
 
 #: The most cross-part near-duplicates a file's own split is reported with (the rest counted).
@@ -281,17 +390,20 @@ def read_rows(path: Path, *, instruction: str | None = None) -> list[Row]:
     return rows
 
 
-def token_problems(
-    rows: list[Row], count: Callable[[str, str], int], limit: int, field: str = "input"
-) -> list[str]:
+def token_problems(rows: list[Row], count: Callable[[str, str], int], limit: int) -> list[str]:
     """Records whose prompt and answer together (``count``: tokens in the base's chat template)
-    pass ``limit``: the trainer would cut their answer off."""
+    pass ``limit``: the trainer would cut their answer off. The first ``MAX_REPORTED`` are
+    named, with how much of the count is the answer's; the rest are counted."""
     problems = []
     for r in rows:
         tokens = count(r.input, r.output)
         if tokens > limit:
+            answer = tokens - count(r.input, "")
             problems.append(
-                f"{r.where}: field '{field}': {tokens} tokens with its output in the chat "
-                f"template, over the limit of {limit} (max_length); shorten it"
+                f"{r.where}: fields 'input' and 'output': {tokens} tokens together in the chat "
+                f"template ({answer} of them the output's), over the limit of {limit} "
+                "(max_length); shorten them"
             )
+    if len(problems) > MAX_REPORTED:
+        problems[MAX_REPORTED:] = [f"and {len(problems) - MAX_REPORTED} more records too long"]
     return problems

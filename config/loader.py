@@ -18,10 +18,13 @@ from pydantic import ValidationError
 from config.dataset_files import (
     MAX_REPORTED,
     DatasetFileError,
+    DatasetSplitError,
     Row,
+    partition,
     read_rows,
     resolve_path,
 )
+from config.json_schema import unresolved_refs, validator
 from config.schema import (
     SAGEMAKER_NAME_MAX,
     SAGEMAKER_NAME_RE,
@@ -232,6 +235,10 @@ def _dataset_issues(root: Path, file: str, label: str, a: AdapterEntry) -> list[
             if more
             else []
         )
+    try:
+        partition(rows, a.task, a.dataset_seed)
+    except DatasetSplitError as exc:
+        return [Issue(file, label, "dataset", f"{a.dataset_file}: {exc}")]
     a._dataset_records = len(rows)
     return []
 
@@ -275,6 +282,11 @@ def _schema_issues(root: Path, file: str, label: str, a: AdapterEntry) -> list[I
         validators.validator_for(doc).check_schema(doc)
     except exceptions.SchemaError as exc:
         return issue(f"not a valid JSON Schema: {exc.message}")
+    if bad := unresolved_refs(doc):
+        return issue(
+            f"$ref {', '.join(bad)} does not resolve inside the schema (references are "
+            "followed within the document only; nothing is fetched): define it under $defs"
+        )
     a._json_schema_document = doc
     return []
 
@@ -286,10 +298,8 @@ def _label_issues(root: Path, file: str, label: str, a: AdapterEntry) -> list[Is
         return []
     if headline(a.profile().metric) != "json_field_f1":
         return []
-    from jsonschema import validators
-
     doc = a.json_schema_document
-    check = validators.validator_for(doc)(doc) if doc is not None else None
+    check = validator(doc) if doc is not None else None
     _, rows = dataset_rows(a, root)
     problems = []
     for r in rows:

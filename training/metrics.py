@@ -21,9 +21,11 @@ import random
 import re
 from collections import Counter
 from dataclasses import dataclass
+from decimal import Decimal
 from difflib import SequenceMatcher
 from typing import Any
 
+from config.json_schema import validator
 from config.tasks import headline
 
 #: The scorers' version: an archive evaluated by another one is evaluated again before it is
@@ -74,19 +76,19 @@ def json_field_f1(
     that satisfies ``schema`` (checked with ``jsonschema``), when there is one: ``{"a": 1}``
     parses, but is not a sales record. An invalid output scores no fields."""
     try:
-        obj = json.loads(hypothesis.strip())
+        # NaN and Infinity are not JSON (RFC 8259), though Python's parser takes them.
+        obj = json.loads(hypothesis.strip(), parse_constant=_not_json)
     except (ValueError, TypeError):
         return False, 0.0
     if not isinstance(obj, dict):
         return False, 0.0
-    if schema is not None:
-        from jsonschema import validators
-
-        if not validators.validator_for(schema)(schema).is_valid(obj):
-            return False, 0.0
+    if schema is not None and not validator(schema).is_valid(obj):
+        return False, 0.0
     ref = json.loads(reference)
     pairs_h = {(k, _canonical(v)) for k, v in obj.items()}
     pairs_r = {(k, _canonical(v)) for k, v in ref.items()}
+    if not pairs_r:  # the answer is the empty object: only "{}" has all of its fields
+        return True, float(not pairs_h)
     tp = len(pairs_h & pairs_r)
     if tp == 0:
         return True, 0.0
@@ -94,11 +96,26 @@ def json_field_f1(
     return True, 2 * p * r / (p + r)
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
 def _canonical(value: Any) -> str:
     """A JSON value as text that is equal for equal values: 1711 and 1711.0 are one number
-    (a label written by Python says 1711.0; an answer may not), true is not 1."""
+    (a label written by Python says 1711.0; an answer may not), true is not 1. Numbers are
+    compared exactly (``Decimal``): an order number past 2**53 is not equal to its neighbour
+    because both round to one float."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        value = float(value)
+        exact = Decimal(value) if isinstance(value, int) else Decimal(repr(value))
+        return "n:" + (str(exact.normalize()) if exact else "0")  # no JSON text starts so
+    if isinstance(value, list):
+        return "[" + ",".join(_canonical(v) for v in value) + "]"
+    elif isinstance(value, dict):
+        return (
+            "{"
+            + ",".join(f"{json.dumps(k)}:{_canonical(v)}" for k, v in sorted(value.items()))
+            + "}"
+        )
     return json.dumps(value, sort_keys=True)
 
 

@@ -172,7 +172,7 @@ def test_a_missing_file_and_a_task_without_its_definition_are_refused(tmp_path: 
 @pytest.mark.parametrize(("records", "rank", "alpha"), [(60, 64, 128), (240, 16, 32)])
 def test_a_custom_tasks_rank_follows_its_data_size(tmp_path, records, rank, alpha) -> None:
     """The seed article's table: a high rank and alpha for a limited set (under 100)."""
-    _jsonl(tmp_path / "data.jsonl", _records(records))
+    _jsonl(tmp_path / "data.jsonl", _distinct(records))
     catalog = _catalog(tmp_path, "data.jsonl", minimums={"chrf": 30.0})
     profile = load_deployment("dev", catalog).adapter("own-data").profile
     assert (profile.rank, profile.alpha) == (rank, alpha)
@@ -247,3 +247,97 @@ def test_a_files_own_split_with_a_near_duplicate_across_parts_is_refused(tmp_pat
     (problem,) = caught.value.problems
     assert problem.startswith("line 41: field 'split': 'train'")
     assert "near-duplicate group with line 4 in 'test'" in problem
+
+
+def test_csv_labels_that_pandas_reads_as_missing_are_labels(tmp_path: Path) -> None:
+    """ "None", "N/A" and "null" are ordinary class labels; pandas' default NA list turned them
+    into missing values and the row was refused."""
+    labels = ["None", "N/A", "NA", "null", "nan", "#N/A", "n/a", "<NA>"]
+    path = tmp_path / "labels.csv"
+    path.write_text(
+        "input,output\n" + "".join(f"ticket {i},{labels[i % len(labels)]}\n" for i in range(60))
+    )
+    assert [r.output for r in read_rows(path)[: len(labels)]] == labels
+
+
+def test_a_split_that_is_not_text_is_named_with_its_type(tmp_path: Path) -> None:
+    records = [{**r, "split": 1} for r in _distinct(60)]
+    with pytest.raises(DatasetFileError, match="line 1: field 'split': 1 is a int"):
+        read_rows(_jsonl(tmp_path / "d.jsonl", records))
+    records = [{**r, "split": True} for r in _distinct(60)]
+    with pytest.raises(DatasetFileError, match="line 1: field 'split': True is a bool"):
+        read_rows(_jsonl(tmp_path / "b.jsonl", records))
+
+
+def test_csv_problems_name_the_line_the_row_starts_on_and_say_what_is_wrong(
+    tmp_path: Path,
+) -> None:
+    body = "".join(f'"ticket {i}\nsecond line",answer {i}\n' for i in range(60))
+    path = tmp_path / "multiline.csv"
+    path.write_text("input,output\n" + body + ",empty input\n")
+    with pytest.raises(DatasetFileError, match=r"row 61 \(line 122\): field 'input'"):
+        read_rows(path)
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("input,output\n" + "".join(f"q {i},a {i}\n" for i in range(5)) + "a,b,c\n")
+    with pytest.raises(DatasetFileError) as caught:
+        read_rows(ragged)
+    assert "line 7" in str(caught.value) and "error occurred while generating" not in str(
+        caught.value
+    )
+    header_only = tmp_path / "header.csv"
+    header_only.write_text("input,output\n")
+    with pytest.raises(DatasetFileError, match="0 records"):
+        read_rows(header_only)
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(DatasetFileError, match="no header row"):
+        read_rows(empty)
+
+
+def test_a_file_whose_groups_cannot_be_split_fails_make_check(tmp_path: Path) -> None:
+    """60 fills of one sentence are one near-duplicate group: no test part can be drawn, and
+    make check says so before a job is created (it used to pass, and the launch refused)."""
+    _jsonl(tmp_path / "data.jsonl", _records(60))
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(_catalog(tmp_path, "data.jsonl"))
+    (issue,) = exc.value.issues
+    assert (issue.entry, issue.field) == ("adapter 'own-data'", "dataset")
+    assert "near-duplicate groups leave" in issue.message
+
+
+def test_long_records_name_both_fields_and_are_counted_past_the_first_ten() -> None:
+    from config.dataset_files import Row, token_problems
+
+    rows = [Row(f"line {i}", "q" * 50, "a" * 300) for i in range(1, 16)]
+    problems = token_problems(rows, lambda text, out: len(text) + len(out), 256)
+    assert problems[0].startswith("line 1: fields 'input' and 'output': 350 tokens")
+    assert "300 of them the output's" in problems[0]
+    assert problems[10:] == ["and 5 more records too long"]
+
+
+@pytest.mark.parametrize(
+    ("ref", "why"),
+    [
+        ("#/definitions/missing", "does not resolve"),
+        ("https://example.com/s.json", "nothing is fetched"),
+    ],
+)
+def test_a_schema_reference_that_does_not_resolve_fails_make_check(
+    tmp_path: Path, monkeypatch, ref: str, why: str
+) -> None:
+    """jsonschema resolves an unknown $ref by downloading it; make check refuses it instead
+    (it used to end in a PointerToNowhere traceback, or a network fetch)."""
+    import urllib.request
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("make check reached for the network")
+
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    schema = {"type": "object", "properties": {"category": {"$ref": ref}}}
+    (tmp_path / "s.json").write_text(json.dumps(schema))
+    records = [{**r, "output": {"category": r["output"]}} for r in _distinct(60)]
+    _jsonl(tmp_path / "data.jsonl", records)
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(_catalog(tmp_path, "data.jsonl", metric="json_schema", json_schema="s.json"))
+    (issue,) = exc.value.issues
+    assert issue.field == "json_schema" and why in issue.message and ref in issue.message

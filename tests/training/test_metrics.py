@@ -14,6 +14,7 @@ from training.evaluate import gate
 from training.metrics import (
     Scores,
     faithfulness,
+    json_field_f1,
     leaked_parts,
     paired_bootstrap,
     pii_example,
@@ -240,3 +241,27 @@ def test_a_medical_answer_with_every_term_swapped_fails_the_gate() -> None:
     verdict = gate(profile, adapter, score(profile.metric, ["" for _ in test], test))
     assert not verdict["publishable"]
     assert any(f.startswith("faithfulness") for f in verdict["failures"])
+
+
+def test_json_fields_edge_cases_score_what_they_are() -> None:
+    """Order numbers past 2**53 differ although they round to one float; the empty object is
+    the whole of an empty answer; NaN is not JSON."""
+    assert json_field_f1('{"id": 12345678901234567890}', '{"id": 12345678901234567891}') == (
+        True,
+        0.0,
+    )
+    assert json_field_f1('{"a": [1, 2.0]}', '{"a": [1.0, 2]}') == (True, 1.0)
+    assert json_field_f1("{}", "{}") == (True, 1.0)
+    assert json_field_f1('{"a": 1}', "{}") == (True, 0.0)
+    assert json_field_f1('{"a": NaN}', '{"a": 1}') == (False, 0.0)
+
+
+def test_a_remote_schema_reference_is_never_fetched(monkeypatch) -> None:
+    import urllib.request
+
+    fetched: list[str] = []
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, *a, **k: fetched.append(url))
+    schema = {"type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}}
+    with pytest.raises(Exception, match="Unresolvable"):
+        json_field_f1('{"a": 1}', '{"a": 1}', schema)
+    assert fetched == []
