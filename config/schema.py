@@ -23,8 +23,11 @@ from pydantic import (
 
 from config.dataset_files import FORMATS, S3_DATASET_RE, is_file_dataset
 from config.tasks import (
+    COMMON_COLUMNS,
     CUSTOM_METRICS,
     FILE_TASKS,
+    METRIC_COLUMNS,
+    PERCENT_COLUMNS,
     SCORE_COLUMNS,
     TARGET_MODULES,
     TASK_PROFILES,
@@ -519,15 +522,7 @@ class AdapterEntry(_Published):
                 ("metric", f"{self.metric!r} is not one of {', '.join(CUSTOM_METRICS)}")
             )
         for field in ("minimums", "maximums"):
-            unknown = sorted(set(getattr(self, field) or {}) - set(SCORE_COLUMNS))
-            if unknown:
-                problems.append(
-                    (
-                        field,
-                        f"{unknown} are not scores (known: "
-                        f"{', '.join(SCORE_COLUMNS)}; chrf is 0-100, the rest 0-1)",
-                    )
-                )
+            problems += [(field, why) for why in self._bound_problems(getattr(self, field) or {})]
         if self.metric == "json_schema" and self.json_schema is None:
             problems.append(
                 (
@@ -535,6 +530,40 @@ class AdapterEntry(_Published):
                     "metric json_schema checks outputs against the entry's json_schema: name one",
                 )
             )
+        return problems
+
+    def _bound_problems(self, bounds: dict[str, float]) -> list[str]:
+        """Floors or ceilings that the gate could never meet, or would always meet: a score
+        the metric does not compute, a value off its scale, a chrF floor written as a share,
+        or faithfulness, which a team's records (no facts recorded) always score 1.0 on."""
+        unknown = sorted(set(bounds) - set(SCORE_COLUMNS))
+        if unknown:
+            return [
+                f"{unknown} are not scores (known: {', '.join(SCORE_COLUMNS)}; chrf is 0-100, "
+                "the rest 0-1)"
+            ]
+        metric = self.metric or "chrf"
+        columns = METRIC_COLUMNS.get(metric, COMMON_COLUMNS)
+        problems = []
+        for name, value in sorted(bounds.items()):
+            top = 100.0 if name in PERCENT_COLUMNS else 1.0
+            if name not in columns:
+                problems.append(
+                    f"{name}: metric {metric} does not compute it (it computes "
+                    f"{', '.join(columns)}), so the gate would always refuse"
+                )
+            elif not 0.0 <= value <= top:
+                problems.append(f"{name}: {value} is off its scale of 0 to {top:g}")
+            elif name in PERCENT_COLUMNS and 0.0 < value <= 1.0:
+                problems.append(
+                    f"{name}: {value} on chrF's scale of 0 to 100 lets almost anything pass; "
+                    f"for a share write {value * 100:g}"
+                )
+            elif name == "faithfulness" and self.dataset_file is not None:
+                problems.append(
+                    "faithfulness: a team's records carry no list of facts, so every answer "
+                    "scores 1.0 on it; gate on metric facts instead"
+                )
         return problems
 
     @property

@@ -161,18 +161,27 @@ TASK_PROFILES: dict[str, TaskProfile] = {
 #: The metrics a task defined in the catalog may be gated on (``training.metrics.score``):
 #: chrf and exact compare with the label; json_schema checks the output against the entry's
 #: JSON Schema, then scores its fields; facts counts the input's facts the output keeps,
-#: less the ones it invents or changes.
-CUSTOM_METRICS = ("chrf", "exact", "json_schema", "facts")
-#: The per-example scores ``training.metrics.score`` reports: what floors and ceilings name.
-SCORE_COLUMNS = (
-    "score",
-    "chrf",
-    "exact_match",
-    "faithfulness",
-    "facts",
-    "json_valid",
-    "json_field_f1",
-)
+#: less the ones it invents or changes; redaction scores placeholders (type and place) and
+#: counts any value of the input that survives, whatever its grouping.
+CUSTOM_METRICS = ("chrf", "exact", "json_schema", "facts", "redaction")
+#: What every metric reports beside its own columns (``METRIC_COLUMNS``).
+COMMON_COLUMNS = ("score", "chrf", "exact_match", "faithfulness")
+#: The per-example scores ``training.metrics.score`` reports for each metric: what floors and
+#: ceilings may name.
+METRIC_COLUMNS: dict[str, tuple[str, ...]] = {
+    "chrf": COMMON_COLUMNS,
+    "exact": COMMON_COLUMNS,
+    "facts": (*COMMON_COLUMNS, "facts"),
+    "json_schema": (*COMMON_COLUMNS, "json_valid", "json_field_f1"),
+    "json_field_f1": (*COMMON_COLUMNS, "json_valid", "json_field_f1"),
+    "redaction": (*COMMON_COLUMNS, "pii_leak_rate", "redaction_score"),
+    "pii_leak_rate": (*COMMON_COLUMNS, "pii_leak_rate", "redaction_score"),
+}
+SCORE_COLUMNS = tuple(dict.fromkeys(c for cols in METRIC_COLUMNS.values() for c in cols))
+#: Columns on a 0-100 scale; the others are shares in [0, 1].
+PERCENT_COLUMNS = ("chrf",)
+#: A redaction task's default ceiling: one value that survives is a leak.
+REDACTION_MAXIMUMS = {"pii_leak_rate": 0.0}
 #: Built-in tasks whose scorer needs nothing but the label, so a file may stand in for their
 #: generator (the others read facts or PII values the generator records).
 FILE_TASKS = ("sales_json",)
@@ -211,12 +220,14 @@ def custom_profile(
         targets=Targets.all_linear,
         **SCHEDULE,
         instruction=instruction,
+        maximums=dict(REDACTION_MAXIMUMS) if metric == "redaction" else {},
     )
 
 
 #: What ``score`` reports as the headline for each gate metric.
 HEADLINES = {
     "pii_leak_rate": "redaction_score",
+    "redaction": "redaction_score",
     "exact": "exact_match",
     "json_schema": "json_field_f1",
 }

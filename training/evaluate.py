@@ -35,18 +35,34 @@ import torch
 
 from config.tasks import TaskProfile
 from training.datasets import Record
-from training.metrics import SCORER_VERSION, Scores, headline, paired_bootstrap, score
+from training.metrics import (
+    PLACEHOLDER,
+    SCORER_VERSION,
+    Scores,
+    headline,
+    paired_bootstrap,
+    score,
+)
 
 #: Test examples the gate scores (the split holds at least this many).
 GATE_EXAMPLES = 64
 
 
-def contract(profile: TaskProfile, schema: dict[str, Any] | None) -> str:
+def contract(
+    profile: TaskProfile, schema: dict[str, Any] | None, placeholders: list[str] | None = None
+) -> str:
     """The instruction with what the output must be spelled out, for the base: a base that is
-    never told the JSON keys or the placeholder names scores near zero by construction."""
+    never told the JSON keys or the placeholder names scores near zero by construction.
+    ``placeholders``: a redaction task's own (those its training labels use)."""
     from training.datasets.pii import PLACEHOLDERS
 
     text = profile.instruction
+    if profile.metric == "redaction" and placeholders:
+        text += (
+            " Replace each value with its placeholder: "
+            + ", ".join(placeholders)
+            + "; keep every other word."
+        )
     if schema is not None and headline(profile.metric) == "json_field_f1":
         text += (
             " Answer with one JSON object, and nothing else, that satisfies this JSON "
@@ -227,7 +243,8 @@ def compare(
     records = list(records[:limit])
     tok = AutoTokenizer.from_pretrained(base_dir)
     texts = prompts(profile, records, tok)
-    base_texts = prompts(profile, records, tok, contract(profile, schema))
+    used = sorted({p for t in train for p in PLACEHOLDER.findall(t.label)})
+    base_texts = prompts(profile, records, tok, contract(profile, schema, used))
     tokens = output_budget(tok, list(train), profile.max_length)
     base = AutoModelForCausalLM.from_pretrained(base_dir).eval()
     cached = None

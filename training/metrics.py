@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
 from difflib import SequenceMatcher
+from itertools import pairwise
 from typing import Any
 
 from config.json_schema import validator
@@ -30,7 +31,7 @@ from config.tasks import headline
 
 #: The scorers' version: an archive evaluated by another one is evaluated again before it is
 #: reused (``training.reuse``). Raise it whenever a score can change.
-SCORER_VERSION = 4
+SCORER_VERSION = 5
 
 
 def chrf(hypothesis: str, reference: str, n: int = 6, beta: float = 2.0) -> float:
@@ -62,11 +63,32 @@ def _fact_pattern(fact: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![\w]){body}(?![\w])", re.IGNORECASE)
 
 
-def faithfulness(hypothesis: str, facts: tuple[str, ...] | list[str]) -> float:
-    """The share of ``facts`` the output states (1.0 when the input has none)."""
-    if not facts:
-        return 1.0
-    return sum(1 for f in facts if _fact_pattern(f).search(hypothesis)) / len(facts)
+def faithfulness(
+    hypothesis: str, facts: tuple[str, ...] | list[str], vocabulary: frozenset[str] = frozenset()
+) -> float:
+    """The share of ``facts`` the output states (1.0 when the input has none), times the share
+    of the ``vocabulary`` terms it states that are among the facts: a medical answer that
+    lists every expansion the lexicon knows keeps every fact, and is still wrong."""
+    kept = (
+        sum(1 for f in facts if _fact_pattern(f).search(hypothesis)) / len(facts) if facts else 1.0
+    )
+    if not vocabulary:
+        return kept
+    said = {t for t in vocabulary if _fact_pattern(t).search(hypothesis)}
+    # "pain" inside a stated "chest pain" is not a term of its own.
+    said = {t for t in said if not any(t != u and t in u for u in said)}
+    known = [f.lower() for f in facts]
+    wrong = sum(1 for t in said if not any(t in f for f in known))
+    return kept * (1 - wrong / len(said)) if said else kept
+
+
+def _vocabulary(category: str) -> frozenset[str]:
+    """The terms an answer of this task may state only when its input explains them."""
+    if category != "medical_shorthand":
+        return frozenset()
+    from training.datasets.medical import expansions
+
+    return expansions()
 
 
 def json_field_f1(
@@ -119,8 +141,9 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-_TOKEN = re.compile(r"\[[A-Z]+\]|\w+|[^\w\s]")
-_PLACEHOLDER = re.compile(r"\[[A-Z]+\]")
+#: A typed placeholder: "[NAME]", "[PHONE_NUMBER]", "[ID2]".
+PLACEHOLDER = re.compile(r"\[[A-Z][A-Z0-9_]*\]")
+_TOKEN = re.compile(rf"{PLACEHOLDER.pattern}|\w+|[^\w\s]")
 _DIGITS = re.compile(r"\d+")
 _ALPHA = re.compile(r"[^\W\d_]+")
 
@@ -136,6 +159,8 @@ _GENERIC = (
     "level apt apartment suite com org net edu gov co sg uk io mail email"
 )
 GENERIC_WORDS = frozenset(_GENERIC.split())
+#: Three or more single letters with spaces, dots or hyphens between: a word spelled out.
+_SPELLED = re.compile(r"(?<!\w)(?:[^\W\d_][ .\-]){2,}[^\W\d_](?!\w)")
 #: Shortest run of a value's digits that counts as leaked.
 LEAK_DIGITS = 4
 
@@ -156,15 +181,24 @@ def leaked_parts(hypothesis: str, value: str, label: str) -> list[str]:
     leaks.
     """
     label_words = {w.lower() for w in _ALPHA.findall(label)}
-    out_words = {w.lower() for w in _ALPHA.findall(hypothesis)}
+    out_tokens = [w.lower() for w in _ALPHA.findall(hypothesis)]
+    # Letters spelled apart ("W E I", "W-E-I") are read as one word.
+    spelled = [re.sub(r"[^\w]", "", m.group()).lower() for m in _SPELLED.finditer(hypothesis)]
+    out_words = set(out_tokens) | set(spelled)
+    value_words = [w.lower() for w in _ALPHA.findall(value)]
     found = [
         w
-        for w in _ALPHA.findall(value)
-        if len(w) >= 2
-        and w.lower() not in label_words
-        and w.lower() not in GENERIC_WORDS
-        and w.lower() in out_words
+        for w in value_words
+        if len(w) >= 2 and w not in label_words and w not in GENERIC_WORDS and w in out_words
     ]
+    # Words run together ("weilingtan@..."): two of the value's words side by side, inside
+    # any word of the output that the label does not have.
+    joined = {a + b for a, b in pairwise(value_words) if len(a + b) >= 5}
+    found += sorted(
+        j
+        for j in joined
+        if any(j in w for w in out_words - label_words) and not any(j in w for w in label_words)
+    )
     value_digits = "".join(_DIGITS.findall(value))
     label_runs = set(_digit_runs(label))
     need = min(LEAK_DIGITS, len(value_digits))
@@ -208,8 +242,29 @@ def pii_example(hypothesis: str, label: str, values: dict[str, str]) -> tuple[fl
     ratio = SequenceMatcher(None, _TOKEN.findall(hypothesis), _TOKEN.findall(label)).ratio()
     # The placeholders' types, in order: "[NAME]" written for every value loses here what the
     # sentence's other tokens would hide in the ratio above.
-    types = SequenceMatcher(None, _PLACEHOLDER.findall(hypothesis), _PLACEHOLDER.findall(label))
-    return leak_share, ratio * (types.ratio() if _PLACEHOLDER.search(label) else 1.0)
+    types = SequenceMatcher(None, PLACEHOLDER.findall(hypothesis), PLACEHOLDER.findall(label))
+    return leak_share, ratio * (types.ratio() if PLACEHOLDER.search(label) else 1.0)
+
+
+def redacted_values(raw: str, label: str) -> dict[str, str]:
+    """The values a redaction label replaced: for a team's own records, which list none (the
+    generator records its values in ``Record.note``). The label's text between placeholders
+    is found in the input in order, and what stands between is each placeholder's value; a
+    label that also rewrote its text is aligned token by token (difflib) instead."""
+    pieces = PLACEHOLDER.split(label)
+    kinds = PLACEHOLDER.findall(label)
+    pattern = "(.+?)".join(r"\s*".join(map(re.escape, p.split())) for p in pieces)
+    if kinds and (m := re.fullmatch(r"\s*" + pattern + r"\s*", raw, re.DOTALL)):
+        return {
+            f"{k}#{i}": v.strip() for i, (k, v) in enumerate(zip(kinds, m.groups(), strict=True))
+        }
+    src, dst = _TOKEN.findall(raw), _TOKEN.findall(label)
+    values: dict[str, str] = {}
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, src, dst, autojunk=False).get_opcodes():
+        placed = [t for t in dst[j1:j2] if PLACEHOLDER.fullmatch(t)]
+        if tag == "replace" and placed:
+            values[f"{placed[0]}#{len(values)}"] = " ".join(src[i1:i2])
+    return values
 
 
 #: Units a number's fact carries (a duration, an amount, a measure); other words after a
@@ -262,7 +317,7 @@ def score(
     columns: dict[str, list[float]] = {
         "exact_match": [exact_match(o, r.label) for o, r in pairs],
         "chrf": [chrf(o, r.label) for o, r in pairs],
-        "faithfulness": [faithfulness(o, r.facts) for o, r in pairs],
+        "faithfulness": [faithfulness(o, r.facts, _vocabulary(r.category)) for o, r in pairs],
     }
     if metric == "facts":
         columns["facts"] = [facts_score(o, r.raw, r.label) for o, r in pairs]
@@ -271,8 +326,13 @@ def score(
         columns["json_valid"] = [float(v) for v, _ in res]
         columns["json_field_f1"] = [f for _, f in res]
         head = columns["json_field_f1"]
-    elif metric == "pii_leak_rate":
-        res = [pii_example(o, r.label, json.loads(r.note)) for o, r in pairs]
+    elif metric in ("pii_leak_rate", "redaction"):
+        res = [
+            pii_example(
+                o, r.label, json.loads(r.note) if r.note else redacted_values(r.raw, r.label)
+            )
+            for o, r in pairs
+        ]
         columns["pii_leak_rate"] = [leak for leak, _ in res]
         columns["redaction_score"] = [s for _, s in res]
         head = columns["redaction_score"]

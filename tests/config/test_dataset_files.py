@@ -341,3 +341,43 @@ def test_a_schema_reference_that_does_not_resolve_fails_make_check(
         load_catalog(_catalog(tmp_path, "data.jsonl", metric="json_schema", json_schema="s.json"))
     (issue,) = exc.value.issues
     assert issue.field == "json_schema" and why in issue.message and ref in issue.message
+
+
+@pytest.mark.parametrize(
+    ("bounds", "why"),
+    [
+        ({"minimums": {"json_valid": 0.9}}, "metric chrf does not compute it"),
+        ({"minimums": {"exact_match": 90}}, "off its scale of 0 to 1"),
+        ({"minimums": {"chrf": 0.5}}, "for a share write 50"),
+        ({"minimums": {"faithfulness": 0.8}}, "gate on metric facts instead"),
+        ({"maximums": {"pii_leak_rate": 0.0}}, "metric chrf does not compute it"),
+    ],
+)
+def test_floors_the_gate_could_never_or_always_meet_are_refused(
+    tmp_path: Path, bounds: dict, why: str
+) -> None:
+    """Each of these passed make check, and the gate then refused every adapter (a score the
+    metric never computes) or none (a chrF floor of 0.5; faithfulness, 1.0 on records that
+    list no facts)."""
+    _jsonl(tmp_path / "data.jsonl", _distinct(60))
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(_catalog(tmp_path, "data.jsonl", **bounds))
+    (issue,) = exc.value.issues
+    assert issue.field == next(iter(bounds)) and why in issue.message
+
+
+def test_a_redaction_task_of_your_own_is_gated_on_leaks(tmp_path: Path) -> None:
+    records = [
+        {
+            "input": f"please call {r['input']} on 555 01{i:02d}",
+            "output": "please call [NAME] on [PHONE]",
+        }
+        for i, r in enumerate(_distinct(60))
+    ]
+    _jsonl(tmp_path / "data.jsonl", records)
+    profile = (
+        load_deployment("dev", _catalog(tmp_path, "data.jsonl", metric="redaction"))
+        .adapter("own-data")
+        .profile
+    )
+    assert profile.metric == "redaction" and profile.maximums == {"pii_leak_rate": 0.0}

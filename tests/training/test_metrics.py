@@ -265,3 +265,57 @@ def test_a_remote_schema_reference_is_never_fetched(monkeypatch) -> None:
     with pytest.raises(Exception, match="Unresolvable"):
         json_field_f1('{"a": 1}', '{"a": 1}', schema)
     assert fetched == []
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        "Call W E I back at [PHONE] about the refund.",
+        "Call W-E-I L-I-N-G back at [PHONE] about the refund.",
+        "Call back at weilingtan@[DOMAIN] about the refund.",
+    ],
+)
+def test_letters_leak_whatever_their_grouping(output: str) -> None:
+    label = "Call [NAME] back at [PHONE] about the refund."
+    leak, redaction = pii_example(output, label, {"name": "Wei Ling Tan"})
+    assert leak == 1.0 and redaction == 0.0
+
+
+def test_a_medical_term_that_opens_a_clause_is_a_fact_and_unexplained_terms_cost() -> None:
+    """A clause's first word is capitalised, so its expansion was missed as a fact (50 of 383
+    in the test split); and an answer that states every expansion the lexicon knows kept every
+    fact and scored 1.0."""
+    from training.datasets.medical import expansions
+
+    test = list(load("medical_shorthand").test)
+    opening = [
+        (r, f)
+        for r in test
+        for f in r.facts
+        if f[0].islower() and f". {f[0].upper()}{f[1:]}" in r.label
+    ]
+    assert opening, "no record opens with an expansion"
+    record, fact = opening[0]
+    swapped = record.label.replace(fact[0].upper() + fact[1:], "Pulmonary embolism", 1)
+    assert faithfulness(swapped, record.facts) < 1.0
+    profile = TASK_PROFILES["medical_shorthand"]
+    assert score(profile.metric, [r.label for r in test], test).summary["faithfulness"] == 1.0
+    every = " ".join(sorted(expansions()))
+    listed = score(profile.metric, [f"{r.label} {every}" for r in test], test)
+    assert listed.summary["faithfulness"] < 0.1
+
+
+def test_redaction_on_a_teams_records_reads_the_values_from_the_pair() -> None:
+    """A file's records list no values; the label's placeholders say where they stood."""
+    record = Record(
+        "own",
+        "Hi, I'm Wei Ling Tan, mail weiling.tan@acme.sg or call 8123 4567.",
+        "Hi, I'm [NAME], mail [EMAIL] or call [PHONE_NUMBER].",
+    )
+    right = score("redaction", [record.label], [record])
+    assert right.summary == {**right.summary, "pii_leak_rate": 0.0, "redaction_score": 1.0}
+    leaked = score("redaction", ["Hi, I'm [NAME], mail [EMAIL] or call 81 23 45 67."], [record])
+    assert leaked.summary["pii_leak_rate"] == pytest.approx(1 / 3)
+    assert leaked.per_example == [0.0]
+    echo = score("redaction", [record.raw], [record])
+    assert echo.summary["pii_leak_rate"] == 1.0

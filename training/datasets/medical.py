@@ -14,6 +14,7 @@ medicine instead.
 from __future__ import annotations
 
 import re
+from functools import cache
 
 from training.datasets.common import Draw, Record
 
@@ -247,6 +248,13 @@ LEXICON: dict[str, dict[str, str]] = {
         "cont": "continue",
     },
 }
+
+
+@cache
+def expansions() -> frozenset[str]:
+    """Every expansion the lexicon knows: what an answer may state only when the note's own
+    abbreviations explain it (``training.metrics.faithfulness``)."""
+    return frozenset(full.lower() for kind in LEXICON.values() for full in kind.values())
 
 
 def lexicon_size() -> int:
@@ -499,7 +507,8 @@ def make(draw: Draw) -> Record:
         full
         for kind in LEXICON.values()
         for full in kind.values()
-        if re.search(rf"(?<!\w){re.escape(full)}(?!\w)", label)
+        # A clause opens with a capital: "Premature ventricular contraction on exam".
+        if re.search(rf"(?<!\w){re.escape(full)}(?!\w)", label, re.IGNORECASE)
     ]
     return draw.record(
         " ".join(c[0] for c in clauses),
