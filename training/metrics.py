@@ -275,14 +275,43 @@ UNITS = (
     "pcs|x|am|pm|h|d|wk|mo"
 )
 _FACT = re.compile(
-    rf"\d+(?:[.,:/\-]\d+)*(?:\s?(?i:{UNITS})\b)?"  # numbers, with a unit or a time
+    rf"\d+(?:[.,:/\-]\d+)*(?:\s?(?i:{UNITS})(?!\w))?"  # numbers, with a unit or a time
     r"|(?<=[a-z,;:] )[A-Z][\w\-]+(?:\s[A-Z][\w\-]+)*"  # a name inside a sentence
 )
+#: Number words a count may be written in ("five days"), before a unit only: "no one came"
+#: states no number.
+NUMBER_WORDS = {
+    w: str(i)
+    for i, w in enumerate(
+        (
+            *("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"),
+            *("ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen"),
+            *("seventeen", "eighteen", "nineteen", "twenty"),
+        )
+    )
+} | {"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "hundred": "100"}
+_WORD_COUNT = re.compile(
+    rf"(?<!\w)({'|'.join(NUMBER_WORDS)})(?=\s+(?:{UNITS})(?!\w))", re.IGNORECASE
+)
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+#: A plain decimal (not a version, a date or a time: "2.0.1", "1.10.2024").
+_DECIMAL = re.compile(r"(?<![\w.,:/\-])(\d+)\.(\d+)(?![\w]|[.,:/\-]\d)")
+_UNIT_GAP = re.compile(rf"(\d)\s+((?i:{UNITS})(?!\w))")
+
+
+def normalize_numbers(text: str) -> str:
+    """One spelling per number, so that a correct answer keeps a fact however it writes it:
+    "five days" is "5 days", "1,000" is "1000", "5.00" is "5", "3 pm" is "3pm"."""
+    text = _WORD_COUNT.sub(lambda m: NUMBER_WORDS[m.group(1).lower()], text)
+    text = _THOUSANDS.sub("", text)
+    text = _DECIMAL.sub(lambda m: m.group(1) + ("." + m.group(2).rstrip("0")).rstrip("."), text)
+    return _UNIT_GAP.sub(r"\1\2", text)
 
 
 def extract_facts(text: str) -> set[str]:
-    """The checkable facts of a text: its numbers (with a unit) and its names."""
-    return {" ".join(m.group().lower().split()) for m in _FACT.finditer(text)}
+    """The checkable facts of a text: its numbers (with a unit) and its names, numbers in one
+    spelling (``normalize_numbers``)."""
+    return {" ".join(m.group().lower().split()) for m in _FACT.finditer(normalize_numbers(text))}
 
 
 def facts_score(hypothesis: str, source: str, reference: str) -> float:
@@ -292,7 +321,8 @@ def facts_score(hypothesis: str, source: str, reference: str) -> float:
     the input, which keeps every fact, earns only its likeness to the answer."""
     expected = extract_facts(reference)
     stated = extract_facts(hypothesis)
-    kept = sum(1 for f in expected if _fact_pattern(f).search(hypothesis)) / max(1, len(expected))
+    said = normalize_numbers(hypothesis)
+    kept = sum(1 for f in expected if _fact_pattern(f).search(said)) / max(1, len(expected))
     known = expected | extract_facts(source)
     invented = sum(1 for f in stated if f not in known)
     precision = 1.0 - invented / len(stated) if stated else 1.0

@@ -319,3 +319,25 @@ def test_redaction_on_a_teams_records_reads_the_values_from_the_pair() -> None:
     assert leaked.per_example == [0.0]
     echo = score("redaction", [record.raw], [record])
     assert echo.summary["pii_leak_rate"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("said", "label"),
+    [
+        (
+            "The order of 1,000 items ships in five days.",
+            "The order of 1000 items ships in 5 days.",
+        ),
+        ("Call at 3pm about the 5.00 usd fee.", "Call at 3 pm about the 5 usd fee."),
+        ("Take 5% off the 2 items.", "Take 5 % off the 2 items."),
+    ],
+)
+def test_a_fact_kept_in_another_spelling_is_kept(said: str, label: str) -> None:
+    """A correct rewrite that writes a number differently scored 0 on facts: "1,000" was not
+    "1000", "five days" not "5 days", "3pm" not "3 pm"; a wrong number still costs."""
+    from training.metrics import facts_score
+
+    right = facts_score(said, label, label)
+    assert right > 0.5
+    wrong = said.replace("5", "7").replace("1,000", "2,000").replace("3pm", "4pm")
+    assert facts_score(wrong, label, label) < right / 2
