@@ -30,9 +30,32 @@ KEY_WORDS = 3
 _MASKS = frozenset({"n", "0", "s"})
 
 # A capitalized word after a lower-case word or a separator, or one that opens a line and is
-# followed by a comma or a colon ("Sarah, the parcel..."): a name or a place. A capitalized
-# word that opens a sentence ("Please", "The") is not masked.
-_NAME = re.compile(r"(?<=[a-z,;:] )[A-Z][a-z]+|^[A-Z][a-z]+(?=[,:])", re.MULTILINE)
+# followed by a comma or a colon ("Sarah, the parcel..."): a name or a place, in any script
+# ("Łukasz", "Zoë") and in capitals ("JOHN SMITH"). A capitalized word that opens a sentence
+# ("Please", "The") is not masked. (Python's re has no \p{Lu}, so _names checks the case.)
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+def _names(text: str) -> str:
+    """The text with every name replaced by ``N`` (what ``mask`` does with names)."""
+    out, last, prev, prev_masked = [], 0, "", False
+    for m in _WORD.finditer(text):
+        word, gap = m.group(), text[last : m.start()]
+        opens_line = m.start() == 0 or text[m.start() - 1] == "\n"
+        after = (gap == " " and (prev_masked or prev[-1:].islower())) or (
+            gap.endswith(" ") and gap.strip() in (",", ";", ":")
+        )
+        listed = opens_line and text[m.end() : m.end() + 1] in (",", ":")
+        capitalized = len(word) > 1 and word[0].isupper() and not word[1:].isupper()
+        # Capitals are a name after a word in lower case or after a name ("ask JOHN SMITH"),
+        # not in a shouted sentence ("I WANT MY REFUND").
+        shouted = len(word) > 1 and word.isupper() and (prev_masked or not prev.isupper())
+        masked = (after or listed) and (capitalized or shouted)
+        out += [gap, "N" if masked else word]
+        last, prev, prev_masked = m.end(), word, masked
+    return "".join(out) + text[last:]
+
+
 _DIGITS = re.compile(r"\d+")
 _REPEATED = re.compile(r"\b(0|n)(?: \1\b)+")
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -48,7 +71,7 @@ def _unslot(text: str, slots: Sequence[str]) -> str:
 def mask(text: str, slots: Sequence[str] = ()) -> str:
     """A text with what varies between slot fills removed: the given slot values, digits,
     names, case and punctuation."""
-    text = _NAME.sub("N", _unslot(text, slots))
+    text = _names(_unslot(text, slots))
     text = _DIGITS.sub("0", text)
     text = " ".join(re.sub(r"[^\w]+", " ", text.lower()).split())
     # A number written in groups ("+65 8123 4567") or a name of several words is one value.
