@@ -117,6 +117,9 @@ def _messages(where: str, messages: Any, problems: list[str]) -> tuple[str, str,
     system = None
     if roles[:1] == ["system"]:
         system = messages[0].get("content")
+        if not isinstance(system, str):
+            problems.append(f"{where}: field 'messages': the system turn has no text content")
+            return "", "", None
         messages, roles = messages[1:], roles[1:]
     if roles != ["user", "assistant"]:
         problems.append(
@@ -149,6 +152,12 @@ def parse_record(where: str, record: Any, problems: list[str]) -> Row | None:
     elif split not in SPLITS:
         problems.append(f"{where}: field 'split': {split!r} is not one of {', '.join(SPLITS)}")
     if record.get("messages") is not None:
+        if any(record.get(f) not in (None, "") for f in ("input", "output")):
+            problems.append(
+                f"{where}: fields 'messages' and 'input'/'output': a record is one or the "
+                "other, not both"
+            )
+            return None
         text, output, system = _messages(where, record["messages"], problems)
     else:
         system = None
@@ -166,6 +175,19 @@ def parse_record(where: str, record: Any, problems: list[str]) -> Row | None:
     return Row(where, str(text), str(output), split, system)
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object that names one key twice: the parser would keep the last silently."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise DuplicateKeyError(key)
+        seen[key] = value
+    return seen
+
+
 def _read_jsonl(path: Path, problems: list[str]) -> list[Row]:
     rows: list[Row] = []
     with path.open("rb") as fh:
@@ -174,12 +196,18 @@ def _read_jsonl(path: Path, problems: list[str]) -> list[Row]:
             if not raw.strip():
                 continue
             try:
-                record = json.loads(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
+                record = json.loads(
+                    raw.decode("utf-8-sig" if number == 1 else "utf-8"),
+                    object_pairs_hook=_unique_keys,
+                )
             except UnicodeDecodeError:
                 problems.append(f"{where}: not UTF-8 text")
                 continue
             except json.JSONDecodeError as exc:
                 problems.append(f"{where}: not JSON ({exc.msg} at column {exc.colno})")
+                continue
+            except DuplicateKeyError as exc:
+                problems.append(f"{where}: field {exc.args[0]!r}: given twice in one object")
                 continue
             if (row := parse_record(where, record, problems)) is not None:
                 rows.append(row)
@@ -367,7 +395,9 @@ def read_rows(path: Path, *, instruction: str | None = None) -> list[Row]:
         f"{r.where}: field 'messages': its system turn differs from the entry's instruction "
         "(the adapter is served with the instruction; set it there, or drop the turn)"
         for r in rows
-        if r.system is not None and instruction is not None and r.system != instruction
+        if r.system is not None
+        and instruction is not None
+        and r.system.strip() != instruction.strip()
     ]
     labelled = [r for r in rows if r.split is not None]
     if labelled and len(labelled) != len(rows):

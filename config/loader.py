@@ -195,9 +195,37 @@ def load_catalog(path: Path | str = CATALOG_PATH) -> Catalog:
                         "revision",
                     )
                 )
+    issues += _task_conflicts(file, catalog)
     if issues:
         raise CatalogError(issues)
     return catalog
+
+
+def _task_conflicts(file: str, catalog: Catalog) -> list[Issue]:
+    """Entries that define one task of their own differently: the task's instruction, metric
+    and schema are what its adapters are served and gated with, so they must agree."""
+    first: dict[str, AdapterEntry] = {}
+    issues = []
+    for a in catalog.adapters:
+        if a.task in TASK_PROFILES:
+            continue
+        other = first.setdefault(a.task, a)
+        differ = [
+            f
+            for f in ("instruction", "metric", "json_schema")
+            if getattr(a, f) != getattr(other, f)
+        ]
+        if other is not a and differ:
+            issues.append(
+                Issue(
+                    file,
+                    f"adapter {a.name!r}",
+                    "task",
+                    f"task {a.task!r} is also defined by adapter {other.name!r} with another "
+                    f"{' and '.join(differ)}; give one of them a task name of its own",
+                )
+            )
+    return issues
 
 
 #: The repository root: a dataset file's path is relative to it (or to the catalog).

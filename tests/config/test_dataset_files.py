@@ -381,3 +381,53 @@ def test_a_redaction_task_of_your_own_is_gated_on_leaks(tmp_path: Path) -> None:
         .profile
     )
     assert profile.metric == "redaction" and profile.maximums == {"pii_leak_rate": 0.0}
+
+
+def test_ambiguous_records_are_refused_and_a_trailing_space_is_not_another_instruction(
+    tmp_path: Path,
+) -> None:
+    both = {
+        "input": "a",
+        "output": "b",
+        "messages": [{"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}],
+    }
+    null_system = {
+        "messages": [
+            {"role": "system", "content": None},
+            {"role": "user", "content": "c"},
+            {"role": "assistant", "content": "d"},
+        ]
+    }
+    for bad, why in [
+        (both, "line 1: fields 'messages' and 'input'/'output'"),
+        (null_system, "line 1: field 'messages': the system turn has no text"),
+        ('{"input": "a", "output": "b", "output": "c"}', "line 1: field 'output': given twice"),
+    ]:
+        with pytest.raises(DatasetFileError, match=why.replace("(", r"\(")):
+            read_rows(_jsonl(tmp_path / "d.jsonl", [bad, *_distinct(60)]), instruction=INSTRUCTION)
+    spaced = {
+        "messages": [
+            {"role": "system", "content": INSTRUCTION + "\n"},
+            {"role": "user", "content": "c"},
+            {"role": "assistant", "content": "d"},
+        ]
+    }
+    rows = read_rows(
+        _jsonl(tmp_path / "s.jsonl", [spaced, *_distinct(60)]), instruction=INSTRUCTION
+    )
+    assert rows[0].input == "c"
+
+
+def test_two_entries_may_not_define_one_task_differently(tmp_path: Path) -> None:
+    _jsonl(tmp_path / "data.jsonl", _distinct(60))
+    path = _catalog(tmp_path, "data.jsonl")
+    data = yaml.safe_load(path.read_text())
+    data["adapters"].append(
+        {**data["adapters"][0], "name": "own-data-2", "metric": "exact", "instruction": "Other."}
+    )
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(path)
+    (issue,) = exc.value.issues
+    assert (issue.entry, issue.field) == ("adapter 'own-data-2'", "task")
+    assert "also defined by adapter 'own-data' with another instruction and metric" in issue.message
