@@ -289,13 +289,21 @@ def _catalog_view(gateway: LocalGateway) -> dict[str, Any]:
 
 
 def _samples(task: str, entry: Any, n: int = 5) -> list[str]:
-    """A few inputs never seen in training: of the entry's own dataset's test part when it
-    names a file in the repository, else the task's natural inputs (typed the way users type,
-    ``training.datasets.natural``) and then its generator's test inputs."""
+    """A few inputs never seen in training: the task's natural inputs (typed the way users
+    type, ``training.datasets.natural``), then the test part of the entry's own dataset when it
+    names a file in the repository, else of its generator."""
     source = entry.dataset_file if entry is not None else None
     if source is not None and "://" not in source:
-        return _file_samples(source, entry.dataset_seed, task, n)
+        return _typed(task) + _file_samples(source, entry.dataset_seed, task, n)
     return _generated_samples(task, n)
+
+
+def _typed(task: str) -> list[str]:
+    try:
+        from training.datasets.natural import natural
+    except ImportError:  # a gateway without the training extra shows no samples
+        return []
+    return [r.raw for r in natural(task)]
 
 
 @functools.cache
@@ -305,9 +313,7 @@ def _generated_samples(task: str, n: int) -> list[str]:
         from training import datasets
     except ImportError:  # a gateway without the training extra shows no samples
         return []
-    from training.datasets.natural import natural
-
-    typed = [r.raw for r in natural(task)]
+    typed = _typed(task)
     try:
         split = datasets.load(task)
     except KeyError:

@@ -145,3 +145,16 @@ def test_a_page_that_rebinds_its_name_to_loopback_is_refused(gateway) -> None:
     assert not endpoint.calls
     for host in ("127.0.0.1:8000", "localhost:8000", "[::1]:8000"):
         assert client.get("/local/catalog", headers={"Host": host}).status_code == 200
+
+
+def test_the_playground_offers_typed_inputs_first_for_the_shipped_example() -> None:
+    """The example dataset's adapter was offered only its file's test records; the typed
+    e-mails (``training.datasets.natural``) come first now, as for the built-in tasks."""
+    from config import load_deployment
+    from local.gateway import _samples
+    from training.datasets.natural import natural
+
+    entry = load_deployment("local").adapter("support-triage").entry
+    samples = _samples(entry.task, entry)
+    typed = [r.raw for r in natural(entry.task)]
+    assert samples[: len(typed)] == typed and len(samples) > len(typed)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +30,8 @@ from training.datasets.common import PARTS, Draw, build, normalize, straddling_g
 from training.datasets.medical import lexicon_size
 from training.datasets.pii import PLACEHOLDERS
 from training.datasets.sales import SCHEMA
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_catalog_task_has_a_generator() -> None:
@@ -225,3 +228,27 @@ def test_natural_inputs_are_no_generated_text_and_their_labels_keep_their_facts(
             Draft202012Validator(SCHEMA).validate(json.loads(rec.label))
         else:
             assert rec.facts
+
+
+def test_the_shipped_examples_natural_inputs_are_none_of_its_records() -> None:
+    """The example dataset's task gets typed e-mails too (the tour and the playground send
+    them): none is a near-duplicate of a record of the file, and each label is valid for the
+    entry's schema and keeps its order number."""
+    from jsonschema import Draft202012Validator
+
+    from config import load_deployment
+    from config.dataset_files import read_rows
+    from config.near_duplicates import near_duplicate_groups
+    from training.datasets.natural import natural
+
+    entry = load_deployment("local").adapter("support-triage").entry
+    records = natural(entry.task)
+    assert len(records) >= 4
+    rows = read_rows(ROOT / entry.dataset_file)
+    groups = near_duplicate_groups([(r.input, "") for r in rows] + [(r.raw, "") for r in records])
+    assert not set(groups[: len(rows)]) & set(groups[len(rows) :])
+    for rec in records:
+        label = json.loads(rec.label)
+        Draft202012Validator(entry.json_schema_document).validate(label)
+        assert rec.facts == ((label["order_id"],) if label["order_id"] else ())
+        assert all(f in rec.raw for f in rec.facts)

@@ -273,6 +273,57 @@ NATURAL: dict[str, tuple[Record, ...]] = {
 }
 
 
+def _triage(raw: str, category: str, urgency: str, order_id: str | None) -> Record:
+    label = json.dumps(
+        {"category": category, "urgency": urgency, "order_id": order_id},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return Record("support_triage", raw, label, facts=(order_id,) if order_id else ())
+
+
+#: The shipped example's task (``examples/support-triage.jsonl``, a task its entry defines):
+#: e-mails typed the way customers write them, none of them in the file.
+EXAMPLE_NATURAL: dict[str, tuple[Record, ...]] = {
+    "support_triage": (
+        _triage(
+            "hiya, my card got charged twice for the same thing?? order 77-QX-104. pls sort",
+            "billing",
+            "normal",
+            "77-QX-104",
+        ),
+        _triage(
+            "my parcel hasnt moved in 6 days, stuck at the depot. order #5518203. i need it "
+            "for a funeral on saturday, please help",
+            "shipping",
+            "high",
+            "5518203",
+        ),
+        _triage(
+            "can't log in, the reset email never arrives (checked spam). no rush, just "
+            "letting u know",
+            "account",
+            "low",
+            None,
+        ),
+        _triage(
+            "android app keeps closing itself whenever i try to check out. reinstalled twice, "
+            "same thing",
+            "technical",
+            "normal",
+            None,
+        ),
+        _triage(
+            "want to send back the jacket from order KL-3390, wrong colour. how do i get a label",
+            "returns",
+            "normal",
+            "KL-3390",
+        ),
+    ),
+}
+
+
 def natural(task: str) -> tuple[Record, ...]:
-    """The natural inputs of a built-in task; none for a task an entry defines."""
-    return NATURAL.get(task, ())
+    """The natural inputs of a built-in task, or of the shipped example's; none for another
+    task an entry defines."""
+    return NATURAL.get(task) or EXAMPLE_NATURAL.get(task, ())
