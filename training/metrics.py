@@ -23,7 +23,6 @@ from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
 from difflib import SequenceMatcher
-from itertools import pairwise
 from typing import Any
 
 from config.json_schema import validator
@@ -159,8 +158,9 @@ _GENERIC = (
     "level apt apartment suite com org net edu gov co sg uk io mail email"
 )
 GENERIC_WORDS = frozenset(_GENERIC.split())
-#: Three or more single letters with spaces, dots or hyphens between: a word spelled out.
-_SPELLED = re.compile(r"(?<!\w)(?:[^\W\d_][ .\-]){2,}[^\W\d_](?!\w)")
+#: Three or more single letters with spaces, dots or hyphens between: a word spelled out
+#: ("W E I", "W-E-I", "W. E. I.").
+_SPELLED = re.compile(r"(?<!\w)(?:[^\W\d_](?:\.\s?|[ \-])){2,}[^\W\d_]\.?(?!\w)")
 #: Shortest run of a value's digits that counts as leaked.
 LEAK_DIGITS = 4
 
@@ -191,14 +191,15 @@ def leaked_parts(hypothesis: str, value: str, label: str) -> list[str]:
         for w in value_words
         if len(w) >= 2 and w not in label_words and w not in GENERIC_WORDS and w in out_words
     ]
-    # Words run together ("weilingtan@..."): two of the value's words side by side, inside
-    # any word of the output that the label does not have.
-    joined = {a + b for a, b in pairwise(value_words) if len(a + b) >= 5}
-    found += sorted(
-        j
-        for j in joined
-        if any(j in w for w in out_words - label_words) and not any(j in w for w in label_words)
-    )
+    # Words run together ("weilingtan@...", "weiling.tan"): a word of the output that the
+    # label does not have and that is two or more of the value's words in a row, whole.
+    # ("visiting" holds "siting" of "Lim Si Ting", and is not a leak.)
+    runs = {
+        "".join(value_words[i:j])
+        for i in range(len(value_words))
+        for j in range(i + 2, len(value_words) + 1)
+    }
+    found += sorted((out_words - label_words) & runs)
     value_digits = "".join(_DIGITS.findall(value))
     label_runs = set(_digit_runs(label))
     need = min(LEAK_DIGITS, len(value_digits))

@@ -273,12 +273,26 @@ def test_a_remote_schema_reference_is_never_fetched(monkeypatch) -> None:
         "Call W E I back at [PHONE] about the refund.",
         "Call W-E-I L-I-N-G back at [PHONE] about the refund.",
         "Call back at weilingtan@[DOMAIN] about the refund.",
+        "Call W. E. I. back at [PHONE] about the refund.",
     ],
 )
 def test_letters_leak_whatever_their_grouping(output: str) -> None:
     label = "Call [NAME] back at [PHONE] about the refund."
     leak, redaction = pii_example(output, label, {"name": "Wei Ling Tan"})
     assert leak == 1.0 and redaction == 0.0
+
+
+def test_a_word_that_merely_contains_a_names_words_run_together_is_no_leak() -> None:
+    """'visiting' holds 'siting' ('Si' + 'Ting'); only a whole word made of a value's words
+    run together is one ('siting@...')."""
+    label = "[NAME] was visiting the store about the refund."
+    assert pii_example(label, label, {"name": "Lim Si Ting"})[0] == 0.0
+    assert (
+        pii_example("[NAME] was visiting, write siting@[DOMAIN].", label, {"name": "Lim Si Ting"})[
+            0
+        ]
+        == 1.0
+    )
 
 
 def test_a_medical_term_that_opens_a_clause_is_a_fact_and_unexplained_terms_cost() -> None:
