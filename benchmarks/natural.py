@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     dep = load_deployment("local")
     served = trained_here(
-        dep, ROOT / ".artifacts", [a.name for a in dep.adapters if natural(a.entry.task)]
+        dep,
+        ROOT / ".artifacts",
+        [a.name for a in dep.adapters if natural(a.entry.task, a.entry.dataset)],
     )
     if not served:
         print("no trained built-in adapter here: run `make up` or python -m training.train_all")
@@ -69,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     with local_platform(sorted(served), "--serve-unpublishable") as platform:
         for name, published in sorted(served.items()):
             entry = dep.adapter(name).entry
-            cases = list(natural(entry.task))
+            cases = list(natural(entry.task, entry.dataset))
             for route, ask in (("native", platform.native), ("OpenAI chat", platform.chat)):
                 answers = [ask(name, c.raw) for c in cases]
                 scored = score(

@@ -151,7 +151,7 @@ def parse_record(where: str, record: Any, problems: list[str]) -> Row | None:
         split = None
     elif split not in SPLITS:
         problems.append(f"{where}: field 'split': {split!r} is not one of {', '.join(SPLITS)}")
-    if record.get("messages") is not None:
+    if record.get("messages") not in (None, ""):  # a CSV's empty messages cell is none
         if any(record.get(f) not in (None, "") for f in ("input", "output")):
             problems.append(
                 f"{where}: fields 'messages' and 'input'/'output': a record is one or the "
@@ -222,7 +222,8 @@ def _csv_lines(path: Path) -> tuple[list[str], list[int]]:
         header = next(reader, [])
         starts, line = [], reader.line_num
         for cells in reader:
-            if any(c.strip() for c in cells):  # pandas skips blank lines too
+            # pandas skips a blank line (and one of spaces), not one of commas
+            if cells and (len(cells) > 1 or cells[0].strip()):
                 starts.append(line + 1)
             line = reader.line_num
     return header, starts
@@ -246,7 +247,14 @@ def _read_table(path: Path, problems: list[str]) -> list[Row]:
         return []
     starts: list[int] = []
     if path.suffix == ".csv":
-        header, starts = _csv_lines(path)
+        try:
+            header, starts = _csv_lines(path)
+        except UnicodeDecodeError:
+            problems.append("not UTF-8 text (save the file as UTF-8)")
+            return []
+        except csv.Error as exc:
+            problems.append(f"cannot be read as CSV: {exc}")
+            return []
         if not header:
             problems.append("no header row (expected input,output[,split] or messages)")
             return []

@@ -31,28 +31,40 @@ _MASKS = frozenset({"n", "0", "s"})
 
 # A capitalized word after a lower-case word or a separator, or one that opens a line and is
 # followed by a comma or a colon ("Sarah, the parcel..."): a name or a place, in any script
-# ("Łukasz", "Zoë") and in capitals ("JOHN SMITH"). A capitalized word that opens a sentence
-# ("Please", "The") is not masked. (Python's re has no \p{Lu}, so _names checks the case.)
+# ("Łukasz", "Zoë"), and in capitals when two words or more ("JOHN SMITH"). A capitalized
+# word that opens a sentence ("Please", "The") is not masked. (Python's re has no \p{Lu}, so
+# _names checks the case.)
 _WORD = re.compile(r"[^\W\d_]+")
 
 
 def _names(text: str) -> str:
     """The text with every name replaced by ``N`` (what ``mask`` does with names)."""
-    out, last, prev, prev_masked = [], 0, "", False
-    for m in _WORD.finditer(text):
+    words = list(_WORD.finditer(text))
+
+    def spaced(k: int) -> bool:  # word k follows word k - 1 after one space
+        return k > 0 and text[words[k - 1].end() : words[k].start()] == " "
+
+    def capitals(k: int) -> bool:
+        return 0 <= k < len(words) and len(words[k].group()) > 1 and words[k].group().isupper()
+
+    out, last, masked_before = [], 0, False
+    for k, m in enumerate(words):
         word, gap = m.group(), text[last : m.start()]
+        prev = words[k - 1].group() if k else ""
         opens_line = m.start() == 0 or text[m.start() - 1] == "\n"
-        after = (gap == " " and (prev_masked or prev[-1:].islower())) or (
+        after = (gap == " " and (masked_before or prev[-1:].islower())) or (
             gap.endswith(" ") and gap.strip() in (",", ";", ":")
         )
         listed = opens_line and text[m.end() : m.end() + 1] in (",", ":")
         capitalized = len(word) > 1 and word[0].isupper() and not word[1:].isupper()
-        # Capitals are a name after a word in lower case or after a name ("ask JOHN SMITH"),
-        # not in a shouted sentence ("I WANT MY REFUND").
-        shouted = len(word) > 1 and word.isupper() and (prev_masked or not prev.isupper())
-        masked = (after or listed) and (capitalized or shouted)
+        # Capitals are a name only as two words or more ("ask JOHN SMITH"): one word in
+        # capitals is an acronym or emphasis ("via DHL", "I am NOT happy").
+        in_run = capitals(k) and (
+            (capitals(k + 1) and spaced(k + 1)) or (masked_before and capitals(k - 1))
+        )
+        masked = (after or listed) and (capitalized or in_run)
         out += [gap, "N" if masked else word]
-        last, prev, prev_masked = m.end(), word, masked
+        last, masked_before = m.end(), masked
     return "".join(out) + text[last:]
 
 

@@ -34,6 +34,7 @@ from config.tasks import (
     Targets,
     TaskProfile,
     custom_profile,
+    headline,
 )
 from contracts.routing import QuotaLimits
 from contracts.settings import RouterSettings, RuntimeSettings
@@ -546,7 +547,9 @@ class AdapterEntry(_Published):
         columns = METRIC_COLUMNS.get(metric, COMMON_COLUMNS)
         problems = []
         for name, value in sorted(bounds.items()):
-            top = 100.0 if name in PERCENT_COLUMNS else 1.0
+            # "score" is the metric's headline, on that column's scale (chrf: 0-100).
+            scale = headline(metric) if name == "score" else name
+            top = 100.0 if scale in PERCENT_COLUMNS else 1.0
             if name not in columns:
                 problems.append(
                     f"{name}: metric {metric} does not compute it (it computes "
@@ -554,7 +557,7 @@ class AdapterEntry(_Published):
                 )
             elif not 0.0 <= value <= top:
                 problems.append(f"{name}: {value} is off its scale of 0 to {top:g}")
-            elif name in PERCENT_COLUMNS and 0.0 < value <= 1.0:
+            elif scale in PERCENT_COLUMNS and 0.0 < value <= 1.0:
                 problems.append(
                     f"{name}: {value} on chrF's scale of 0 to 100 lets almost anything pass; "
                     f"for a share write {value * 100:g}"

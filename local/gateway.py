@@ -294,16 +294,16 @@ def _samples(task: str, entry: Any, n: int = 5) -> list[str]:
     names a file in the repository, else of its generator."""
     source = entry.dataset_file if entry is not None else None
     if source is not None and "://" not in source:
-        return _typed(task) + _file_samples(source, entry.dataset_seed, task, n)
+        return _typed(task, source) + _file_samples(source, entry.dataset_seed, task, n)
     return _generated_samples(task, n)
 
 
-def _typed(task: str) -> list[str]:
+def _typed(task: str, dataset: str | None = None) -> list[str]:
     try:
         from training.datasets.natural import natural
     except ImportError:  # a gateway without the training extra shows no samples
         return []
-    return [r.raw for r in natural(task)]
+    return [r.raw for r in natural(task, dataset)]
 
 
 @functools.cache

@@ -36,9 +36,10 @@ def tour(
 
     adapters = [a for a in dep.adapters if only is None or a.name in only]
     samples = {
-        a.name: (natural(a.entry.task) or datasets.for_entry(a.entry, CATALOG_PATH.parent)[0].test)[
-            0
-        ]
+        a.name: (
+            natural(a.entry.task, a.entry.dataset)
+            or datasets.for_entry(a.entry, CATALOG_PATH.parent)[0].test
+        )[0]
         for a in adapters
     }
     rows = []

@@ -250,21 +250,38 @@ def pii_example(hypothesis: str, label: str, values: dict[str, str]) -> tuple[fl
 def redacted_values(raw: str, label: str) -> dict[str, str]:
     """The values a redaction label replaced: for a team's own records, which list none (the
     generator records its values in ``Record.note``). The label's text between placeholders
-    is found in the input in order, and what stands between is each placeholder's value; a
-    label that also rewrote its text is aligned token by token (difflib) instead."""
-    pieces = PLACEHOLDER.split(label)
+    is looked up in the input in order (``str.find``: no backtracking, whatever the length),
+    and what stands between is the value; placeholders side by side share one value. A label
+    that also rewrote its text is aligned token by token (difflib) instead, and then the
+    input's words the label rewrote around a placeholder count as part of its value."""
     kinds = PLACEHOLDER.findall(label)
-    pattern = "(.+?)".join(r"\s*".join(map(re.escape, p.split())) for p in pieces)
-    if kinds and (m := re.fullmatch(r"\s*" + pattern + r"\s*", raw, re.DOTALL)):
-        return {
-            f"{k}#{i}": v.strip() for i, (k, v) in enumerate(zip(kinds, m.groups(), strict=True))
-        }
-    src, dst = _TOKEN.findall(raw), _TOKEN.findall(label)
+    if not kinds:
+        return {}
+    pieces = [" ".join(p.split()).lower() for p in PLACEHOLDER.split(label)]
+    text = " ".join(raw.split())
+    lowered = text.lower()
     values: dict[str, str] = {}
+    if lowered.startswith(pieces[0]):
+        at, group = len(pieces[0]), [kinds[0]]
+        for kind, piece in zip([*kinds[1:], None], pieces[1:], strict=True):
+            if not piece.strip() and kind is not None:  # "[NAME] [PHONE]": one value
+                group.append(kind)
+                continue
+            end = len(lowered) if kind is None and not piece else lowered.find(piece, at + 1)
+            if end < 0 or (kind is None and not lowered.endswith(piece)):
+                break
+            if kind is None:
+                end = len(lowered) - len(piece)
+            values["".join(group) + f"#{len(values)}"] = text[at:end].strip()
+            at, group = end + len(piece), [kind] if kind else []
+        else:
+            return values
+    src, dst = _TOKEN.findall(raw), _TOKEN.findall(label)
+    values = {}
     for tag, i1, i2, j1, j2 in SequenceMatcher(None, src, dst, autojunk=False).get_opcodes():
         placed = [t for t in dst[j1:j2] if PLACEHOLDER.fullmatch(t)]
         if tag == "replace" and placed:
-            values[f"{placed[0]}#{len(values)}"] = " ".join(src[i1:i2])
+            values["".join(placed) + f"#{len(values)}"] = " ".join(src[i1:i2])
     return values
 
 
@@ -279,10 +296,10 @@ _FACT = re.compile(
     rf"\d+(?:[.,:/\-]\d+)*(?:\s?(?i:{UNITS})(?!\w))?"  # numbers, with a unit or a time
     r"|(?<=[a-z,;:] )[A-Z][\w\-]+(?:\s[A-Z][\w\-]+)*"  # a name inside a sentence
 )
-#: Number words a count may be written in ("five days"), before a unit only: "no one came"
-#: states no number.
+#: Number words a count may be written in ("five days", "twenty-five days"), before a unit
+#: only: "no one came" states no number. "a day" and "an hour" are one.
 NUMBER_WORDS = {
-    w: str(i)
+    w: i
     for i, w in enumerate(
         (
             *("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"),
@@ -290,22 +307,51 @@ NUMBER_WORDS = {
             *("seventeen", "eighteen", "nineteen", "twenty"),
         )
     )
-} | {"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "hundred": "100"}
+} | {"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80}
+NUMBER_WORDS |= {"ninety": 90, "hundred": 100}
+_TIME_UNITS = r"(?:seconds?|minutes?|hours?|days?|weeks?|months?|years?)(?!\w)"
 _WORD_COUNT = re.compile(
-    rf"(?<!\w)({'|'.join(NUMBER_WORDS)})(?=\s+(?:{UNITS})(?!\w))", re.IGNORECASE
+    rf"(?<![\w-])(?:({'|'.join(NUMBER_WORDS)})(?:[- ]({'|'.join(list(NUMBER_WORDS)[1:10])}))?"
+    rf"(?=\s+(?:{UNITS})(?!\w))|an?(?=\s+{_TIME_UNITS}))",
+    re.IGNORECASE,
 )
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-#: A plain decimal (not a version, a date or a time: "2.0.1", "1.10.2024").
-_DECIMAL = re.compile(r"(?<![\w.,:/\-])(\d+)\.(\d+)(?![\w]|[.,:/\-]\d)")
+#: A time of day: "10.30 am", "10:30am", "5.00 pm", "5 pm".
+_CLOCK = re.compile(r"(?<![\w.:])(\d{1,2})(?:[.:](\d{2}))?\s?([ap]m)(?!\w)", re.IGNORECASE)
+#: An amount in decimals: after a currency sign or before a unit that is not a time of day
+#: ("$5.00", "5.50 usd", "2.0 kg"). Other decimals stay: "Python 3.10" is not "3.1".
+_AMOUNT = re.compile(
+    rf"(?<=[$€£¥])(\d+)\.(\d+)(?![\w.])|(?<![\w.,:/\-])(\d+)\.(\d+)"
+    rf"(?=\s?(?:(?!am\b|pm\b)(?i:{UNITS}))(?!\w))"
+)
 _UNIT_GAP = re.compile(rf"(\d)\s+((?i:{UNITS})(?!\w))")
+
+
+def _count(m: re.Match[str]) -> str:
+    if m.group(1) is None:  # "a day", "an hour"
+        return "1"
+    return str(NUMBER_WORDS[m.group(1).lower()] + NUMBER_WORDS.get((m.group(2) or "").lower(), 0))
+
+
+def _amount(m: re.Match[str]) -> str:
+    whole, fraction = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+    return whole + ("." + fraction.rstrip("0")).rstrip(".")
+
+
+def _clock(m: re.Match[str]) -> str:
+    minutes = m.group(2) if m.group(2) not in (None, "00") else ""
+    return m.group(1) + (":" + minutes if minutes else "") + m.group(3).lower()
 
 
 def normalize_numbers(text: str) -> str:
     """One spelling per number, so that a correct answer keeps a fact however it writes it:
-    "five days" is "5 days", "1,000" is "1000", "5.00" is "5", "3 pm" is "3pm"."""
-    text = _WORD_COUNT.sub(lambda m: NUMBER_WORDS[m.group(1).lower()], text)
+    "five days" and "a day" are "5 days" and "1 day", "1,000" is "1000", "$5.00" is "$5",
+    "5.00 pm" and "5 pm" are "5pm", "10.30 am" is "10:30am", and a unit follows its number
+    without a space."""
+    text = _WORD_COUNT.sub(_count, text)
     text = _THOUSANDS.sub("", text)
-    text = _DECIMAL.sub(lambda m: m.group(1) + ("." + m.group(2).rstrip("0")).rstrip("."), text)
+    text = _CLOCK.sub(_clock, text)
+    text = _AMOUNT.sub(_amount, text)
     return _UNIT_GAP.sub(r"\1\2", text)
 
 

@@ -431,3 +431,61 @@ def test_two_entries_may_not_define_one_task_differently(tmp_path: Path) -> None
     (issue,) = exc.value.issues
     assert (issue.entry, issue.field) == ("adapter 'own-data-2'", "task")
     assert "also defined by adapter 'own-data' with another instruction and metric" in issue.message
+
+
+def test_a_score_floor_is_on_its_headlines_scale(tmp_path: Path) -> None:
+    """For metric chrf the score is chrF, 0-100: 40 is a floor, 0.4 a share on the wrong
+    scale (40 was refused as off a 0-1 scale, and 0.4 accepted)."""
+    _jsonl(tmp_path / "data.jsonl", _distinct(60))
+    assert load_catalog(_catalog(tmp_path, "data.jsonl", minimums={"score": 40}))
+    with pytest.raises(CatalogError, match="for a share write 40"):
+        load_catalog(_catalog(tmp_path, "data.jsonl", minimums={"score": 0.4}))
+
+
+def test_csv_encoding_blank_looking_lines_and_an_empty_messages_column(tmp_path: Path) -> None:
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("input,output\ncaf\xe9 order,x\n".encode("latin-1"))
+    with pytest.raises(DatasetFileError, match="not UTF-8 text"):
+        read_rows(latin)
+    # A line of commas is a row (of empty cells) to pandas; a blank line is not.
+    commas = tmp_path / "commas.csv"
+    commas.write_text('input,output\n"a\nb",x\n,\nc,y\n\n   \nd,z\n')
+    with pytest.raises(DatasetFileError) as caught:
+        read_rows(commas)
+    assert "row 2 (line 4): field 'input'" in str(caught.value)
+    mixed = tmp_path / "mixed.csv"
+    mixed.write_text(
+        "input,output,messages\n" + "".join(f"{r['input']},{r['output']},\n" for r in _distinct(60))
+    )
+    assert len(read_rows(mixed)) == 60
+
+
+@pytest.mark.parametrize(
+    ("schema", "bad"),
+    [
+        (
+            {"$schema": "https://example.com/my-dialect", "properties": {"a": {"$ref": "#/nope"}}},
+            True,
+        ),
+        (
+            {
+                "$id": "https://x.test/root.json",
+                "$defs": {
+                    "inner": {
+                        "$id": "https://x.test/inner.json",
+                        "$defs": {"y": {"type": "string"}},
+                        "properties": {"q": {"$ref": "#/$defs/y"}},
+                    }
+                },
+                "properties": {"a": {"$ref": "inner.json"}},
+            },
+            False,
+        ),
+    ],
+)
+def test_references_resolve_as_validators_resolve_them(schema: dict, bad: bool) -> None:
+    """An unknown $schema falls back to draft 2020-12 (as jsonschema does) instead of
+    skipping the check; a bundled schema's inner resource resolves against itself."""
+    from config.json_schema import unresolved_refs
+
+    assert bool(unresolved_refs(schema)) is bad

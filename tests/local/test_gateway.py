@@ -156,5 +156,5 @@ def test_the_playground_offers_typed_inputs_first_for_the_shipped_example() -> N
 
     entry = load_deployment("local").adapter("support-triage").entry
     samples = _samples(entry.task, entry)
-    typed = [r.raw for r in natural(entry.task)]
+    typed = [r.raw for r in natural(entry.task, entry.dataset)]
     assert samples[: len(typed)] == typed and len(samples) > len(typed)

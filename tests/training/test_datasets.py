@@ -242,8 +242,8 @@ def test_the_shipped_examples_natural_inputs_are_none_of_its_records() -> None:
     from training.datasets.natural import natural
 
     entry = load_deployment("local").adapter("support-triage").entry
-    records = natural(entry.task)
-    assert len(records) >= 4
+    records = natural(entry.task, entry.dataset)
+    assert len(records) >= 4 and natural(entry.task) == ()  # the file's, not the task name's
     rows = read_rows(ROOT / entry.dataset_file)
     groups = near_duplicate_groups([(r.input, "") for r in rows] + [(r.raw, "") for r in records])
     assert not set(groups[: len(rows)]) & set(groups[len(rows) :])
@@ -252,3 +252,14 @@ def test_the_shipped_examples_natural_inputs_are_none_of_its_records() -> None:
         Draft202012Validator(entry.json_schema_document).validate(label)
         assert rec.facts == ((label["order_id"],) if label["order_id"] else ())
         assert all(f in rec.raw for f in rec.facts)
+
+
+def test_a_natural_medical_label_scores_full_faithfulness() -> None:
+    """Faithfulness now costs every lexicon term an answer states that the note does not
+    explain; the typed notes' correct answers must list every term they use as a fact."""
+    from training.datasets.natural import natural
+    from training.metrics import score
+
+    records = list(natural("medical_shorthand"))
+    summary = score("chrf", [r.label for r in records], records).summary
+    assert summary["faithfulness"] == 1.0

@@ -129,6 +129,8 @@ def test_names_in_any_script_or_in_capitals_are_masked_and_shouting_is_not() -> 
     assert mask("Please call Łukasz about order 5.") == mask("Please call Żaneta about order 7.")
     assert mask("Ask JOHN SMITH to refund me") == mask("Ask Mei Ling Tan to refund me")
     assert mask("I WANT MY REFUND NOW") == "i want my refund now"
+    # One word in capitals is an acronym or emphasis, not a name: these are not one record.
+    assert mask("i am VERY happy with DHL") != mask("i am NOT happy with UPS")
     pairs = [
         ("The parcel for Zoë Müller arrived damaged and the box was wet.", "damaged"),
         ("The parcel for ÅSA LINDQVIST arrived damaged and the box was wet.", "damaged"),

@@ -63,6 +63,7 @@ NATURAL: dict[str, tuple[Record, ...]] = {
                 "type 2 diabetes mellitus",
                 "electrocardiogram",
                 "troponin",
+                "immediately",
             ),
         ),
         Record(
@@ -74,9 +75,11 @@ NATURAL: dict[str, tuple[Record, ...]] = {
                 "no acute distress",
                 "regular rate and rhythm",
                 "clear to auscultation bilaterally",
+                "continue",
                 "aspirin",
                 "by mouth",
                 "daily",
+                "follow up",
                 "2 weeks",
             ),
         ),
@@ -282,10 +285,11 @@ def _triage(raw: str, category: str, urgency: str, order_id: str | None) -> Reco
     return Record("support_triage", raw, label, facts=(order_id,) if order_id else ())
 
 
-#: The shipped example's task (``examples/support-triage.jsonl``, a task its entry defines):
-#: e-mails typed the way customers write them, none of them in the file.
+#: The shipped example's inputs, by its dataset file (``examples/support-triage.jsonl``, a task
+#: its entry defines): e-mails typed the way customers write them, none of them in the file.
+#: Keyed by the file, not the task name: another entry's ``support_triage`` is another task.
 EXAMPLE_NATURAL: dict[str, tuple[Record, ...]] = {
-    "support_triage": (
+    "examples/support-triage.jsonl": (
         _triage(
             "hiya, my card got charged twice for the same thing?? order 77-QX-104. pls sort",
             "billing",
@@ -323,7 +327,7 @@ EXAMPLE_NATURAL: dict[str, tuple[Record, ...]] = {
 }
 
 
-def natural(task: str) -> tuple[Record, ...]:
-    """The natural inputs of a built-in task, or of the shipped example's; none for another
-    task an entry defines."""
-    return NATURAL.get(task) or EXAMPLE_NATURAL.get(task, ())
+def natural(task: str, dataset: str | None = None) -> tuple[Record, ...]:
+    """The natural inputs of a built-in task, or of the shipped example's dataset file
+    (``dataset``: the entry's); none for another task an entry defines."""
+    return NATURAL.get(task) or EXAMPLE_NATURAL.get(dataset or "", ())
