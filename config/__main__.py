@@ -105,7 +105,9 @@ def _token_issues(dep: Deployment, catalog: Path) -> tuple[list[str], list[str]]
         names = ", ".join(a.name for a in entries)
         return [], [
             f"  note: no tokenizer for base {dep.base_key!r} on this machine, so the "
-            f"token lengths of {names}'s records are checked when training starts"
+            f"token lengths of {names}'s records are checked when training starts; to count "
+            "them here, put the tokenizer in the Hugging Face cache (huggingface-cli download "
+            f"{dep.base.model_id} --revision {dep.base.revision} --include 'tokenizer*')"
         ]
     errors = []
     for a in entries:

@@ -418,7 +418,8 @@ def check_lengths(adapter: str, source: str, split, profile: TaskProfile, tokeni
         raise DatasetTooLongError(
             f"adapter {adapter!r}: dataset {source}: {len(long)} records pass max_length "
             f"{profile.max_length} in the base's chat template (the answer would be cut off): "
-            f"{shown}; run make check for their lines"
+            f"{shown}; make check names their lines where the base's tokenizer is on the "
+            "machine (a local base built, or a hub base's tokenizer in the Hugging Face cache)"
         )
 
 
