@@ -17,6 +17,7 @@ from config.loader import (
     environment_names,
     load_deployment,
 )
+from contracts.principals import how_matched
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -70,7 +71,19 @@ def _print_deployment(dep: Deployment) -> None:
         "allowed",
     ]
     print(_table(rows, header))
+    for line in _principal_notes(dep):
+        print(line)
     print()
+
+
+def _principal_notes(dep: Deployment) -> list[str]:
+    """How the router will match each IAM principal ARN the environment lists (a role by its
+    account and name: an SSO role's path never reaches the router)."""
+    listed = [("operator", arn) for arn in dep.env.router.operators]
+    listed += [
+        (f"adapter {a.name!r}", arn) for a in dep.adapters for arn in a.entry.allow.principals
+    ]
+    return [f"  {who}: {arn} is matched as {how_matched(arn)}" for who, arn in listed]
 
 
 def _tokenizer(dep: Deployment):

@@ -37,6 +37,7 @@ from config.schema import (
 )
 from config.tasks import TASK_PROFILES, TaskProfile, headline
 from contracts.routing import CanaryRoute, QuotaLimits, Route, RoutingTable
+from contracts.tokens import MESSAGE_OVERHEAD, text_tokens_bound
 
 CONFIG_DIR = Path(__file__).resolve().parent
 CATALOG_PATH = CONFIG_DIR / "adapters.yaml"
@@ -447,6 +448,15 @@ class Deployment:
         )
 
 
+def _possible_callers(allow: Any) -> int:
+    """How many distinct callers an entry admits: a wildcard tenant (``*``, ``ACCOUNT:*``)
+    admits any number; otherwise one per tenant and principal. A canary's ``min_callers`` is
+    capped at it, so an adapter with one tenant can still be rolled back."""
+    if any(t == "*" or t.endswith(":*") for t in allow.tenants):
+        return 1_000_000
+    return max(1, len(allow.tenants) + len(allow.principals))
+
+
 def _route(a: ResolvedAdapter) -> Route:
     entry, c = a.entry, a.entry.canary
     canary = None
@@ -458,6 +468,7 @@ def _route(a: ResolvedAdapter) -> Route:
             max_error_rate=c.max_error_rate,
             window_s=c.window_s,
             min_requests=c.min_requests,
+            min_callers=min(c.min_callers, _possible_callers(entry.allow)),
             sha256=c.sha256,
             weights_sha256=c.weights_sha256,
         )
@@ -477,7 +488,16 @@ def _route(a: ResolvedAdapter) -> Route:
         quota=entry.quota if entry.quota != QuotaLimits() else None,
         json_schema=entry.json_schema_document,
         canary=canary,
+        prompt_overhead=_prompt_overhead(a.profile.instruction),
     )
+
+
+def _prompt_overhead(instruction: str) -> int:
+    """What the container adds to a prompt without a system turn, as the router's quota counts
+    it (``contracts.tokens``): the task's instruction as a system turn and the assistant turn's
+    opening."""
+    system = text_tokens_bound(instruction) + MESSAGE_OVERHEAD if instruction else 0
+    return system + MESSAGE_OVERHEAD
 
 
 def load_environment(name: str, directory: Path = ENVIRONMENTS_DIR) -> Environment:

@@ -320,6 +320,12 @@ class CanaryConfig(_Published):
     min_requests: int = Field(
         default=20, ge=1, description="canary requests in a window before its rate can decide"
     )
+    min_callers: int = Field(
+        default=2,
+        ge=1,
+        description="distinct callers whose canary requests failed before the rate can decide "
+        "(a container 500 can be one tenant's input; capped at the callers the entry admits)",
+    )
 
 
 class PreviousVersion(_Published):

@@ -26,7 +26,8 @@ class QuotaLimits(_Part):
 
 class CanaryRoute(_Part):
     """An entry's second version, served to ``weight`` percent of session keys until its error
-    rate over ``window_s`` passes ``max_error_rate`` (``lambda_proxy.canary``)."""
+    rate over ``window_s`` passes ``max_error_rate``, with failures from ``min_callers``
+    distinct callers (``lambda_proxy.canary``)."""
 
     component: str
     version: str
@@ -34,6 +35,8 @@ class CanaryRoute(_Part):
     max_error_rate: float
     window_s: int
     min_requests: int
+    #: Distinct failing callers needed before a rollback (one tenant cannot end a canary).
+    min_callers: int = Field(default=1, ge=1)
     sha256: str | None = None
     weights_sha256: str | None = None
 
@@ -58,6 +61,9 @@ class Route(_Part):
     #: The default JSON schema requests for this adapter are decoded to.
     json_schema: dict[str, Any] | None = None
     canary: CanaryRoute | None = None
+    #: Prompt tokens the container adds to a request that brings no system turn (the
+    #: adapter's instruction and the answer's opening): charged to the quota with it.
+    prompt_overhead: int = Field(default=0, ge=0)
 
 
 class RoutingTable(_Part):

@@ -9,7 +9,8 @@ name, and they must not share answers or a quota. In the catalog a bare tenant n
 role name in this environment's own account (the API owner's, ``requestContext.accountId``),
 ``user/NAME`` that user; another account's tenant is written ``ACCOUNT:NAME`` (or
 ``ACCOUNT:user/NAME``) and ``ACCOUNT:*`` admits every caller of that account, ``*`` every caller
-of this one. Principal ARNs match exactly.
+of this one. A role's ARN matches by account and name, whatever its path (an assumed-role
+session carries none: ``contracts.principals``); any other principal ARN matches exactly.
 
 An authorizer claim ``tenant`` replaces the IAM-derived tenant only where the environment
 configures such an authorizer (``trust_tenant_claim``); otherwise it is ignored. A claim must
@@ -25,6 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from contracts.principals import caller_keys, match_key
 from contracts.routing import Route
 
 _ASSUMED = re.compile(
@@ -59,10 +61,9 @@ def caller_from_event(
         return None
     owner = ctx.get("accountId")
     own = owner if isinstance(owner, str) and _ACCOUNT.match(owner) else own_account
-    principals = {arn}
+    principals = set(caller_keys(arn))
     account = tenant = None
     if m := _ASSUMED.match(arn):
-        principals.add(f"arn:{m['p']}:iam::{m['acct']}:role/{m['role']}")
         account, tenant = m["acct"], f"{m['acct']}:{m['role']}"
     elif (n := _IAM.match(arn)) is not None:
         name = n["name"] if n["kind"] == "role" else f"user/{n['name']}"
@@ -89,8 +90,13 @@ def qualified(tenant: str, own_account: str | None) -> str | None:
     return f"{own_account}:{tenant}" if own_account else None
 
 
+def listed(caller: Caller, principals: tuple[str, ...] | list[str]) -> bool:
+    """Whether the caller is one of these catalog principal ARNs (``contracts.principals``)."""
+    return any(match_key(p) in caller.principals for p in principals)
+
+
 def allowed(caller: Caller, route: Route) -> bool:
-    if any(p in route.principals for p in caller.principals):
+    if listed(caller, route.principals):
         return True
     if caller.tenant is None or caller.account is None:
         return False

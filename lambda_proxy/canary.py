@@ -9,8 +9,11 @@ and the assignment is kept, so a retry under the same key never flips versions. 
 without a key is a key of its own.
 
 Every canary answer counts in a window (Redis hash counters, ``HINCRBY``, in the same
-script): when its 5xx share over ``min_requests`` or more passes ``max_error_rate``, the
-script sets the canary's off switch, and every later request goes to the stable version.
+script): when its 5xx share over ``min_requests`` or more passes ``max_error_rate``, and the
+failures came from ``min_callers`` distinct callers or more (a set of caller digests per
+window), the script sets the canary's off switch, and every later request goes to the stable
+version. The caller count is there because a container 500 can be the request's doing: one
+tenant whose inputs make either version fail must not end a canary for everyone.
 The switch is keyed by the canary's version, so a new canary starts clean; only the request
 whose count tripped it learns so (it counts ``CanaryRollback`` and logs the reason once).
 
@@ -63,25 +66,32 @@ end
 return pick
 """
 
-#: KEYS: the window's counters (a hash of ``req`` and ``err``), the off switch. ARGV: failed
-#: (0/1), max error rate, min requests, window (s). Returns the counts and 1 when this call
-#: switched the canary off (else 0). The switch has no TTL: the response cache's eviction
-#: (ElastiCache's default ``volatile-lru``) only takes keys that have one, and a canary rolled
-#: back stays so until the catalog changes it (a new canary version has a switch of its own).
+#: KEYS: the window's counters (a hash of ``req`` and ``err``), the off switch, the window's
+#: set of failing callers. ARGV: failed (0/1), max error rate, min requests, window (s), the
+#: caller's digest, min callers. Returns the counts, 1 when this call switched the canary off
+#: (else 0), and the number of distinct failing callers. The switch has no TTL: the response
+#: cache's eviction (ElastiCache's default ``volatile-lru``) only takes keys that have one, and a
+#: canary rolled back stays so until the catalog changes it (a new canary version has a switch
+#: of its own).
 _RECORD = """
 if redis.call('EXISTS', KEYS[2]) == 1 then
-  return {0, 0, 0}
+  return {0, 0, 0, 0}
 end
 local req = redis.call('HINCRBY', KEYS[1], 'req', 1)
 local err = redis.call('HINCRBY', KEYS[1], 'err', tonumber(ARGV[1]))
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]) * 2)
-if req >= tonumber(ARGV[3]) and err > tonumber(ARGV[2]) * req then
-  local reason = err .. ' of ' .. req .. ' canary requests failed'
+if tonumber(ARGV[1]) == 1 then
+  redis.call('SADD', KEYS[3], ARGV[5])
+  redis.call('EXPIRE', KEYS[3], tonumber(ARGV[4]) * 2)
+end
+local callers = redis.call('SCARD', KEYS[3])
+if req >= tonumber(ARGV[3]) and err > tonumber(ARGV[2]) * req and callers >= tonumber(ARGV[6]) then
+  local reason = err .. ' of ' .. req .. ' canary requests failed, from ' .. callers .. ' callers'
   if redis.call('SET', KEYS[2], reason, 'NX') then
-    return {req, err, 1}
+    return {req, err, 1, callers}
   end
 end
-return {req, err, 0}
+return {req, err, 0, callers}
 """
 
 
@@ -92,10 +102,15 @@ class Outcome:
     requests: int
     errors: int
     rolled_back: bool
+    #: Distinct callers whose canary requests failed in the window.
+    failing_callers: int = 0
 
     @property
     def reason(self) -> str:
-        return f"{self.errors} of {self.requests} canary requests failed"
+        return (
+            f"{self.errors} of {self.requests} canary requests failed, "
+            f"from {self.failing_callers} callers"
+        )
 
 
 def _digest(*parts: str) -> str:
@@ -110,6 +125,7 @@ class LocalCanaries:
         self._lock = threading.Lock()
         self._counters: dict[str, int] = collections.defaultdict(int)
         self._windows: dict[str, list[int]] = {}
+        self._failing: dict[str, set[str]] = {}
         self._off: set[str] = set()
 
     def choose(self, base: str, canary: CanaryRoute, session: str | None) -> bool | None:
@@ -127,20 +143,30 @@ class LocalCanaries:
         with self._lock:
             self._off.add(base)
 
-    def record(self, base: str, window: str, canary: CanaryRoute, failed: bool) -> Outcome:
+    def record(
+        self, base: str, window: str, canary: CanaryRoute, failed: bool, caller: str
+    ) -> Outcome:
         with self._lock:
             if base in self._off:
                 return Outcome(0, 0, False)
             if len(self._windows) > 1000:
                 self._windows.clear()
+                self._failing.clear()
             counts = self._windows.setdefault(window, [0, 0])
+            failing = self._failing.setdefault(window, set())
             counts[0] += 1
             counts[1] += int(failed)
+            if failed:
+                failing.add(caller)
             req, err = counts
-            tripped = req >= canary.min_requests and err > canary.max_error_rate * req
+            tripped = (
+                req >= canary.min_requests
+                and err > canary.max_error_rate * req
+                and len(failing) >= canary.min_callers
+            )
             if tripped:
                 self._off.add(base)
-            return Outcome(req, err, tripped)
+            return Outcome(req, err, tripped, len(failing))
 
 
 class Canaries:
@@ -184,23 +210,32 @@ class Canaries:
         return int(got) == 1
 
     def record(
-        self, adapter: str, canary: CanaryRoute, failed: bool, now: float | None = None
+        self,
+        adapter: str,
+        canary: CanaryRoute,
+        failed: bool,
+        now: float | None = None,
+        caller: str = "",
     ) -> Outcome:
-        """Count one canary answer (``failed``: a 5xx) in its window."""
+        """Count one canary answer (``failed``: its own 5xx) in its window; ``caller``: who
+        sent it (the tenant), so that failures are also counted per distinct caller."""
         now = time.time() if now is None else now
         base = self._base(adapter, canary)
         window = f"{base}:w:{int(now // canary.window_s)}"
+        who = _digest(base, caller)
         got = self._redis(
             self._record,
-            [window, f"{base}:off"],
+            [window, f"{base}:off", f"{window}:callers"],
             [
                 int(failed),
                 repr(canary.max_error_rate),
                 canary.min_requests,
                 canary.window_s,
+                who,
+                canary.min_callers,
             ],
         )
         if got is None:
-            return self.fallback.record(base, window, canary, failed)
-        req, err, tripped = (int(x) for x in got)
-        return Outcome(req, err, tripped == 1)
+            return self.fallback.record(base, window, canary, failed, who)
+        req, err, tripped, callers = (int(x) for x in got)
+        return Outcome(req, err, tripped == 1, callers)

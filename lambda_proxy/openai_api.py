@@ -141,7 +141,9 @@ def _call() -> Call:
 
 
 def parse(call: Call, kind: type[_OpenAIRequest]) -> _OpenAIRequest:
-    """The OpenAI request in the body, with the fields this platform cannot honour refused."""
+    """The OpenAI request in the body, with the fields this platform cannot honour refused.
+    The caller is checked first: a request without identity is a 403 whatever its body."""
+    service.caller_of(call)
     data = service.read_json(call)
     try:
         req = kind.model_validate(data)
@@ -243,8 +245,10 @@ def finish(reason: str | None) -> str:
 
 
 def usage(out: dict[str, Any]) -> dict[str, int]:
-    u = out.get("usage") or {}
-    prompt, completion = int(u.get("input_tokens", 0)), int(u.get("output_tokens", 0))
+    """OpenAI's usage object; a cached answer written before answers were checked may carry a
+    ``usage`` of another shape, which counts as zero rather than failing the request."""
+    u = service.clean_usage(out.get("usage"))
+    prompt, completion = u["input_tokens"], u["output_tokens"]
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,

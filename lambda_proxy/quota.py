@@ -5,8 +5,9 @@ Redis and checked by one Lua script, so the check and the debits of every limit 
 happen atomically: under any concurrency a full bucket of N admits exactly N requests, and no
 window boundary lets twice the limit through the way fixed one-minute windows did. A request's
 token cost is its ``max_new_tokens`` (what it may generate, reserved when it is admitted) plus
-an estimate of its prompt tokens (``prompt_tokens_estimate``: UTF-8 bytes / 4; the router has
-no tokenizer, and the estimate is labelled as one wherever it is shown).
+an estimate of its prompt tokens (``prompt_tokens_estimate``: an upper bound per character
+class, ``contracts.tokens``; the router has no tokenizer, and the estimate is labelled as one
+wherever it is shown).
 
 A cost above a limit can never be admitted, so it is refused outright (``Decision.never``)
 instead of answering 429 forever. When Redis cannot be reached, or failed within the last
@@ -28,13 +29,12 @@ from dataclasses import dataclass
 import redis
 
 from contracts.routing import QuotaLimits
+from contracts.tokens import chat_tokens_bound
 
 #: The limits are per minute; a bucket refills its capacity over this many seconds.
 WINDOW_S = 60
 #: After a Redis failure, Redis is not asked again for this long (a circuit breaker).
 BREAKER_S = 5.0
-#: Bytes per token in the prompt estimate (English text in a BPE vocabulary: about 4).
-BYTES_PER_TOKEN = 4
 
 #: KEYS: per limit, a bucket (a hash of ``level`` and ``ts``, ms). ARGV: per limit, its capacity
 #: and this request's cost, then now (ms) and the refill window (ms). Returns ``{0, 0}`` when
@@ -99,9 +99,16 @@ class Decision:
     never: bool = False
 
 
-def prompt_tokens_estimate(prompt: str) -> int:
-    """An estimate of a prompt's tokens for the token quota (no tokenizer in the router)."""
-    return math.ceil(len(prompt.encode("utf-8", "replace")) / BYTES_PER_TOKEN)
+def prompt_tokens_estimate(
+    inputs: str | None, messages: list[str] | None = None, overhead: int = 0
+) -> int:
+    """An estimate of a prompt's tokens for the token quota (no tokenizer in the router), at
+    or above what the base's tokenizer counts (``contracts.tokens``): a plain ``inputs`` is one
+    user turn; ``overhead`` is what the container adds (the adapter's system instruction and
+    the answer's opening, ``Route.prompt_overhead``)."""
+    if inputs is not None:
+        return chat_tokens_bound([inputs]) + overhead
+    return chat_tokens_bound(messages or []) + overhead
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,20 @@ class LocalBuckets:
     def __init__(self) -> None:
         self._state: collections.OrderedDict[str, tuple[float, float]] = collections.OrderedDict()
         self._lock = threading.Lock()
+
+    def debit(self, buckets: list[_Bucket], now: float) -> None:
+        """Spend what Redis admitted here as well, so that the fallback starts where this
+        execution environment's tenant stands: a fresh bucket at a Redis blip would give the
+        tenant its limit again within the same minute."""
+        with self._lock:
+            for b in buckets:
+                level, ts = self._state.get(b.key, (float(b.capacity), now))
+                if now > ts:
+                    level, ts = min(b.capacity, level + (now - ts) * b.capacity / WINDOW_S), now
+                self._state[b.key] = (max(0.0, level - b.cost), ts)
+                self._state.move_to_end(b.key)
+            while len(self._state) > self.MAX_BUCKETS:
+                self._state.popitem(last=False)
 
     def take(self, buckets: list[_Bucket], now: float) -> tuple[float, int]:
         """``(0, -1)`` when admitted (all debited), else the seconds until it would be and the
@@ -178,6 +199,8 @@ class Quotas:
         enforced = asked is not None
         wait_s, worst = asked if asked is not None else self.fallback.take(buckets, now)
         if wait_s <= 0:
+            if enforced:
+                self.fallback.debit(buckets, now)
             return Decision(True, enforced=enforced)
         limit = buckets[worst].name  # the limit that keeps it waiting longest
         return Decision(False, max(1, math.ceil(wait_s)), enforced=enforced, limit=limit)

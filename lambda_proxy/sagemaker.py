@@ -31,6 +31,7 @@ from botocore.exceptions import (
     ClientError,
     ConnectTimeoutError,
     EndpointConnectionError,
+    NoCredentialsError,
     ReadTimeoutError,
 )
 
@@ -70,6 +71,21 @@ _CONTAINER_STATUSES: dict[int, str] = {
 }
 
 
+#: The router's own codes for failures that are not SageMaker's named errors: a client sees
+#: these, never botocore's class names (which would tell a tenant about the router's
+#: credentials or network). The class name goes to the log, in ``detail``.
+UNREACHABLE = "SageMakerUnreachable"  # no connection was made: nothing was sent
+CONNECTION_LOST = "ConnectionLost"  # the connection dropped after the request was sent
+SAGEMAKER_ERROR = "SageMakerError"  # an error code this router does not map
+TIMEOUT = "Timeout"
+
+#: Failures that prove no generation started, so a client may send the request again: no
+#: connection, SageMaker's throttling, a component not ready, SageMaker unavailable.
+NOT_STARTED = frozenset(
+    {UNREACHABLE, "ThrottlingException", "ModelNotReadyException", "ServiceUnavailable"}
+)
+
+
 @dataclass
 class InvokeError(Exception):
     status: int
@@ -82,13 +98,28 @@ class InvokeError(Exception):
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
 
+    @property
+    def may_have_generated(self) -> bool:
+        """Whether the container may have run (or may still run) the generation: a server
+        error that is not one of ``NOT_STARTED`` nor a 503 (SageMaker's or the container's
+        "busy", answered before any generation). A client must not send such a request again
+        on its own (each try is a generation and a quota charge)."""
+        return self.status >= 500 and self.status != 503 and self.code not in NOT_STARTED
+
 
 def container_error(status: int, detail: str = "") -> InvokeError:
     """A container's own error (a ModelError, or an error line in its stream), as the client
-    sees it: the statuses above keep theirs, anything else is a 502."""
+    sees it: the statuses above keep theirs, the container's deadline (504) is the router's
+    timeout (a deadline is neither a container fault nor a canary's), anything else is a
+    502."""
     if status in _CONTAINER_STATUSES:
         return InvokeError(status, _CONTAINER_STATUSES[status], "ModelError", detail)
+    if status == 504:
+        return InvokeError(504, _DEADLINE, TIMEOUT, f"the container's deadline: {detail}")
     return InvokeError(502, _ERRORS["ModelError"][1], "ModelError", f"status {status}: {detail}")
+
+
+_DEADLINE = "the model did not answer within the deadline"
 
 
 def make_client(endpoint_url: str | None, region: str | None, deadline_s: float) -> Any:
@@ -213,6 +244,8 @@ def _errors() -> Iterator[None]:
         code = err.get("Code", "Unknown")
         status, message = _ERRORS.get(code, (502, "SageMaker returned an error"))
         detail = str(exc.response.get("OriginalMessage") or err.get("Message") or "")
+        if code not in _ERRORS:
+            detail, code = f"{code}: {detail}", SAGEMAKER_ERROR
         if code == "ModelError":
             # botocore's sagemaker-runtime model: ModelError carries the container's own
             # status as ``OriginalStatusCode`` (parsed onto the response's top level).
@@ -226,10 +259,16 @@ def _errors() -> Iterator[None]:
     except (ConnectTimeoutError, EndpointConnectionError) as exc:
         # No connection, so no request: safe to try again.
         raise _NotStarted(
-            InvokeError(502, "cannot reach SageMaker", type(exc).__name__, str(exc))
+            InvokeError(502, "cannot reach SageMaker", UNREACHABLE, f"{type(exc).__name__}: {exc}")
         ) from exc
     except ReadTimeoutError as exc:
         # The request may be generating: never sent again.
-        raise InvokeError(504, "the model did not answer within the deadline", "Timeout") from exc
-    except BotoCoreError as exc:  # no credentials, a stream cut off, ...
-        raise InvokeError(502, "cannot reach SageMaker", type(exc).__name__, str(exc)) from exc
+        raise InvokeError(504, _DEADLINE, TIMEOUT) from exc
+    except NoCredentialsError as exc:  # nothing was signed, so nothing was sent
+        raise InvokeError(
+            502, "cannot reach SageMaker", UNREACHABLE, f"{type(exc).__name__}: {exc}"
+        ) from exc
+    except BotoCoreError as exc:  # a connection or stream cut off after the request went
+        raise InvokeError(
+            502, "cannot reach SageMaker", CONNECTION_LOST, f"{type(exc).__name__}: {exc}"
+        ) from exc

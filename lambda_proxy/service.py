@@ -10,6 +10,8 @@ current request, so a stream's checks need no shared state of Powertools' resolv
 from __future__ import annotations
 
 import json
+import math
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,7 +22,7 @@ from pydantic import ValidationError
 
 from contracts.routing import CanaryRoute, Route
 from contracts.settings import RouterSettings
-from lambda_proxy.auth import Caller, allowed, caller_from_event
+from lambda_proxy.auth import Caller, allowed, caller_from_event, listed
 from lambda_proxy.cache import CacheUnavailableError, ResponseCache, cache_key
 from lambda_proxy.canary import Canaries
 from lambda_proxy.quota import Limits, Quotas, prompt_tokens_estimate
@@ -171,7 +173,7 @@ def caller_of(call: Call) -> Caller:
 
 
 def is_operator(caller: Caller) -> bool:
-    return bool(caller.principals & set(deps().settings.routing_table.operators))
+    return listed(caller, deps().settings.routing_table.operators)
 
 
 def health(call: Call) -> dict[str, Any]:
@@ -283,14 +285,21 @@ class Prepared:
     #: For a canary's request, the stable version's: what serves it when the canary's component
     #: is not there (``CANARY_ABSENT``).
     fallback: Prepared | None = None
+    #: Who sent it (the tenant, else the caller's ARN): a canary's failures count per caller.
+    who: str = ""
 
 
-def charge(who: str, adapter: str, req: GenerateRequest, per_adapter: Limits | None) -> None:
+def charge(
+    who: str, adapter: str, req: GenerateRequest, per_adapter: Limits | None, overhead: int = 0
+) -> None:
     """The quota check; raises when the request is not admitted. The token cost is what the
-    request may generate plus an estimate of its prompt's tokens."""
-    estimate = prompt_tokens_estimate(
-        req.inputs if req.inputs is not None else "".join(m.content for m in req.messages or [])
-    )
+    request may generate plus an estimate of its prompt's tokens: an upper bound per
+    character class, each message's template, and ``overhead``, what the container adds (the
+    adapter's system instruction, when the request brings none)."""
+    messages = [m.content for m in req.messages or []]
+    if any(m.role == "system" for m in req.messages or []):
+        overhead = 0
+    estimate = prompt_tokens_estimate(req.inputs, messages, overhead)
     cost = req.parameters.max_new_tokens + estimate
     quota = deps().quotas.check(who, adapter, cost, per_adapter)  # type: ignore[union-attr]
     if not quota.enforced:
@@ -359,10 +368,11 @@ def prepare(
     OpenAI ``user``, a session key when no ``X-Session-Key`` header names one."""
     table = deps().settings.routing_table
     who = caller.tenant or caller.arn
-    charge(who, adapter, req, Limits.of(route.quota))
+    charge(who, adapter, req, Limits.of(route.quota), route.prompt_overhead)
     served, canary = _version(adapter, who, route, session_key(call, session))
     revision = table.base_revision or ""
     prep = _prepared(adapter, who, served, req, revision, canary)
+    prep.who = who
     if canary is not None:
         prep.fallback = _prepared(adapter, who, route, req, revision)
     return prep
@@ -515,7 +525,9 @@ def count_canary(prep: Prepared, exc: InvokeError | None, count: Count = _buffer
     that metric tells the adapter's owner)."""
     if prep.canary is None:
         return
-    outcome = deps().canaries.record(prep.adapter, prep.canary, canary_fault(exc))  # type: ignore[union-attr]
+    outcome = deps().canaries.record(  # type: ignore[union-attr]
+        prep.adapter, prep.canary, canary_fault(exc), caller=prep.who
+    )
     if not outcome.rolled_back:
         return
     count("CanaryRollback")
@@ -526,6 +538,7 @@ def count_canary(prep: Prepared, exc: InvokeError | None, count: Count = _buffer
             "canary_version": prep.canary.version,
             "reason": outcome.reason,
             "max_error_rate": prep.canary.max_error_rate,
+            "min_callers": prep.canary.min_callers,
         },
     )
 
@@ -562,7 +575,67 @@ def complete_answer(result: Any) -> dict[str, Any]:
             "BadModelOutput",
             str(sorted(result))[:200],
         )
-    return result
+    return contract_fields(result)
+
+
+def contract_fields(result: dict[str, Any]) -> dict[str, Any]:
+    """Only the fields the container contract names, each of its type: what a caller sees and
+    what the cache keeps for 72 hours. A container (or a later runtime) that puts more in an
+    answer (an S3 URI, a host name, debug text) reaches no caller, and a field of the wrong type
+    (a ``usage`` of ``null``) cannot break a door that reads it."""
+    served = result.get("adapter")
+    return {
+        "generated_text": result.get("generated_text"),
+        "finish_reason": result.get("finish_reason"),
+        "adapter": served if isinstance(served, str) and len(served) <= 128 else None,
+        "artifact": clean_artifact(result.get("artifact")),
+        "usage": clean_usage(result.get("usage")),
+        "timings_ms": _numbers(result.get("timings_ms")),
+    }
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def clean_usage(usage: Any) -> dict[str, int]:
+    """``usage`` as two non-negative integers (0 where the container gave none)."""
+    u = usage if isinstance(usage, dict) else {}
+    return {
+        "input_tokens": _count(u.get("input_tokens")),
+        "output_tokens": _count(u.get("output_tokens")),
+    }
+
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def clean_artifact(artifact: Any) -> dict[str, Any] | None:
+    """The served artifact's identity: its manifest name and version, its weights' sha256, and
+    ``merged`` for a merged model; None when the container names none (the base model)."""
+    if not isinstance(artifact, dict):
+        return None
+    out: dict[str, Any] = {}
+    for key, limit in (("name", 128), ("version", 64)):
+        value = artifact.get(key)
+        out[key] = value if isinstance(value, str) and len(value) <= limit else None
+    sha = artifact.get("sha256")
+    out["sha256"] = sha if isinstance(sha, str) and _SHA256.match(sha) else None
+    if artifact.get("merged") is True:
+        out["merged"] = True
+    return out
+
+
+def _numbers(timings: Any) -> dict[str, float] | None:
+    """The engine's timings: at most 16 short names with finite numbers."""
+    if not isinstance(timings, dict):
+        return None
+    out = {}
+    for k, v in list(timings.items())[:16]:
+        number = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        if isinstance(k, str) and len(k) <= 32 and number:
+            out[k] = v
+    return out
 
 
 def invoke_failure(
@@ -582,13 +655,24 @@ def invoke_failure(
             "request_id": request_id,
         },
     )
-    retry = RETRY_AFTER_S.get(exc.status)
-    return RouterError(
-        exc.status,
-        exc.message,
-        code=exc.code,
-        headers={"Retry-After": str(retry)} if retry else None,
-    )
+    return RouterError(exc.status, exc.message, code=exc.code, headers=retry_headers(exc))
+
+
+#: OpenAI's own header for "do not retry this": the official clients obey it before their
+#: status rules, which would otherwise retry every 5xx (openai-python ``_should_retry``).
+SHOULD_RETRY = "x-should-retry"
+
+
+def retry_headers(exc: InvokeError) -> dict[str, str]:
+    """Whether and when a client may try again: ``Retry-After`` where a retry can succeed
+    (throttling, busy, not ready), ``x-should-retry: false`` where the generation may have run
+    (a timeout, a container error, a lost connection), so a client's automatic retry never
+    runs it twice."""
+    if (retry := RETRY_AFTER_S.get(exc.status)) is not None:
+        return {"Retry-After": str(retry)}
+    if exc.may_have_generated:
+        return {SHOULD_RETRY: "false"}
+    return {}
 
 
 def _served_as_routed(prep: Prepared, result: dict[str, Any], count: Count) -> bool:
@@ -636,14 +720,14 @@ def answer(
         "finish_reason": result.get("finish_reason"),
         # The adapter identifier the container reports serving (SageMaker passes the adapter
         # component's name): a client or smoke check can see which component answered.
-        "served_by": result.get("adapter"),
+        "served_by": result.get("adapter") if isinstance(result.get("adapter"), str) else None,
         # The artifact the container reports serving (manifest name, version, weights sha256).
-        "artifact": result.get("artifact"),
-        "usage": result.get("usage"),
+        "artifact": clean_artifact(result.get("artifact")),
+        "usage": clean_usage(result.get("usage")),
         "timings_ms": {
             "router": round(total - model_ms, 3),
             "model": round(model_ms, 3),
             "total": round(total, 3),
-            "engine": result.get("timings_ms"),
+            "engine": _numbers(result.get("timings_ms")),
         },
     }

@@ -167,7 +167,11 @@ async def dispatch(request: Request) -> Response:
     except UnicodeDecodeError:
         return JSONResponse({"error": "body is not UTF-8", "status": 400}, status_code=400)
     event = proxy_event(request, context, body)
-    kind = stream_kind(request.method, request.url.path, body)
+    # Identity and size first: a body is parsed for its stream flag only when it comes from a
+    # caller and fits the limit; anything else is the handler's to refuse, in its order.
+    kind = None
+    if _identified_within_limit(event, lambda_context, body):
+        kind = stream_kind(request.method, request.url.path, body)
     if kind is not None:
         return await _stream(kind, event, lambda_context)
     result = await run_in_threadpool(_buffered, event, lambda_context)
@@ -179,6 +183,18 @@ async def dispatch(request: Request) -> Response:
     for name, value in (result.get("headers") or {}).items():
         response.headers[name] = str(value)
     return response
+
+
+def _identified_within_limit(
+    event: dict[str, Any], context: LambdaContext, body: str | None
+) -> bool:
+    """Whether the request has a caller and a body within the limit (bytes, as the handler
+    counts them), checked before any JSON is parsed."""
+    if body is not None and len(body.encode("utf-8", "surrogatepass")) > (
+        service.deps().settings.max_body_bytes
+    ):
+        return False
+    return Call.of(event, context).caller is not None
 
 
 def _buffered(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

@@ -50,6 +50,8 @@ def test_a_canary_loads_and_the_routing_table_routes_its_share(tmp_path) -> None
         "max_error_rate": 0.05,
         "window_s": 300,
         "min_requests": 20,
+        # Two failing callers by default, capped at the callers the entry admits.
+        "min_callers": min(2, len(a.entry.allow.tenants) + len(a.entry.allow.principals)),
         "sha256": SHA_A,
         "weights_sha256": SHA_B,
     }

@@ -151,7 +151,7 @@ def test_a_failing_canary_is_rolled_back_within_its_window_and_stable_never_fail
     assert counted == [[1.0]], f"counted once, by the tripping request: {counted}"
     rolled = [r for r in caplog.records if r.getMessage().startswith("canary rolled back")]
     assert [(r.adapter, r.canary_version, r.reason) for r in rolled] == [
-        ("medical", canary_version, "20 of 20 canary requests failed")
+        ("medical", canary_version, "20 of 20 canary requests failed, from 1 callers")
     ]
 
 
