@@ -15,9 +15,20 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--model-dir", help="default: $SM_MODEL_DIR or /opt/ml/model")
     serve.add_argument("--host", default="0.0.0.0")  # noqa: S104 - the container contract
     serve.add_argument("--port", type=int, default=8080)
-    args = ap.parse_args(argv)
+    sub.add_parser("doctor", help="check what start-up needs, without serving", add_help=False)
+    args, rest = ap.parse_known_args(argv)
+    if args.command == "doctor":
+        from runtime.doctor import main as doctor
 
-    from runtime.hardware import iomp_preload
+        return doctor(rest)
+    if rest:
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
+
+    from runtime.hardware import iomp_preload, prepare_process
+
+    # Before anything imports torch or vLLM: no CUDA check that poisons fork, and spawned
+    # engine processes on a GPU (runtime.hardware).
+    prepare_process()
 
     # On a CPU, vLLM's docs ask for Intel OpenMP preloaded; that takes a new process image.
     env = iomp_preload(dict(os.environ))

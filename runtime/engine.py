@@ -34,7 +34,7 @@ from runtime.adapters import (
     default_schema,
     load_adapter,
 )
-from runtime.hardware import cpu_environment, require_cuda_where_gpus_are
+from runtime.hardware import cpu_environment, device_name, require_cuda_where_gpus_are
 from runtime.merged import MergedModel, load_merged
 from runtime.registry import AdapterRecord, AdapterRegistry, CapacityError, delete_owned
 from runtime.request import EngineError, GenRequest
@@ -156,6 +156,7 @@ class Engine:
     async def _start(self) -> None:
         t0 = time.perf_counter()
         s = self.settings
+        await asyncio.to_thread(self._doctor)
         cuda = require_cuda_where_gpus_are()
         self.base, self.base_info = await asyncio.to_thread(self.identity)
         self.merged = await asyncio.to_thread(load_merged, s.model_dir)
@@ -174,12 +175,26 @@ class Engine:
         self.llm = await asyncio.to_thread(AsyncLLM.from_engine_args, args)
         self.base_info |= {
             "dtype": pick_dtype(s.dtype, cuda=cuda),
-            "device": _device_name(cuda),
+            "device": device_name(cuda),
             "load_seconds": round(time.perf_counter() - t0, 3),
         }
         self.cuda = cuda
         self.telemetry.event("base_load", **self.base_info)
         self.ready.set()
+
+    def _doctor(self) -> None:
+        """What start-up needs (``runtime.doctor``), logged check by check before the model
+        loads; a failure stops the server with its sentence instead of an engine that never
+        answers ``/ping``."""
+        from runtime import doctor
+
+        s = self.settings
+        checks = doctor.run(offline=False, model_dir=s.model_dir, work_dir=s.work_dir)
+        for check in checks:
+            (log.info if check.ok else log.error)("doctor: %s", check.line())
+        failed = [c for c in checks if not c.ok]
+        if failed:
+            raise SystemExit("start-up check failed: " + "; ".join(c.line() for c in failed))
 
     async def stop(self) -> None:
         if self._refresh is not None:
@@ -549,14 +564,6 @@ def _engine_failure(exc: Exception) -> EngineError:
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-
-
-def _device_name(cuda: bool) -> str:
-    if not cuda:
-        return "cpu"
-    import torch
-
-    return torch.cuda.get_device_name()
 
 
 __all__ = ["CapacityError", "Engine", "encode_chat"]

