@@ -144,6 +144,18 @@ def _token_issues(dep: Deployment, catalog: Path) -> tuple[list[str], list[str]]
     return errors, []
 
 
+def _capacity(dep: Deployment) -> tuple[list[str], list[str]]:
+    """The planner's refusals and warnings for an environment (``make plan`` prints the whole
+    plan): a rank that pads every other adapter's slot, more adapters than host slots."""
+    from config.plan import CapacityError, plan
+
+    try:
+        p = plan(dep)
+    except CapacityError as exc:
+        return [str(exc)], []
+    return [], [f"  warning: environment {dep.env.name!r}: {w}" for w in p.warnings]
+
+
 def _plan(env: str) -> int:
     from config.plan import CapacityError, plan
 
@@ -153,6 +165,8 @@ def _plan(env: str) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(_table([list(r) for r in p.rows()], ["quantity", f"environment {env}"]))
+    for warning in p.warnings:
+        print(f"warning: {warning}")
     return 0
 
 
@@ -181,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         _print_deployment(dep)
         errors, notes = _token_issues(dep, args.catalog)
+        capacity_errors, warnings = _capacity(dep)
+        errors += capacity_errors
+        notes += warnings
         for line in notes:
             print(line)
         for line in errors:

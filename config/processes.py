@@ -20,13 +20,14 @@ LORA_OPTIONS = frozenset({"max_loras", "max_cpu_loras", "max_lora_rank"})
 def runtime_settings(dep: Deployment) -> RuntimeSettings:
     """The base model server: device slots from the capacity planner, the base's identity."""
     s, base = dep.env.serving, dep.base
+    capacity = plan(dep)
     return RuntimeSettings.checked(
-        max_loras=plan(dep).max_loras,
+        max_loras=capacity.max_loras,
         max_cpu_loras=s.max_cpu_loras,
         max_lora_rank=base.max_lora_rank,
         enable_lora=True,
         vram_headroom=s.vram_headroom,
-        max_batch_size=s.max_batch_size,
+        max_batch_size=capacity.max_num_seqs,
         dtype=base.dtype,
         quantization=base.quantization,
         request_timeout_s=dep.env.router.generation_timeout_s,

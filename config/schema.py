@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from config.dataset_files import FORMATS, S3_DATASET_RE, is_file_dataset
+from config.devices import DEVICES
 from config.tasks import (
     COMMON_COLUMNS,
     CUSTOM_METRICS,
@@ -656,7 +657,17 @@ class ServingConfig(_Strict):
         description="seconds a rolling update of the base component waits between copies, "
         "watching the 5xx alarm",
     )
-    max_batch_size: int = Field(default=RuntimeSettings.default("max_batch_size"), ge=1)
+    max_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="vLLM's max_num_seqs; None: the planner sizes it from the KV cache (make plan)",
+    )
+    planned_context_tokens: int = Field(
+        default=1024,
+        ge=16,
+        description="prompt plus answer of a typical request: the planner's batch is the KV "
+        "cache's tokens over it",
+    )
 
     @model_validator(mode="after")
     def _counts(self) -> ServingConfig:
@@ -678,8 +689,6 @@ class ServingConfig(_Strict):
         """Instances the largest rolling update needs: every copy of ``components`` base-like
         components (the base, and each ``serving: merged`` entry's) at ``max_base_copies``,
         plus one batch of new ones, at as many copies per instance as accelerators allow."""
-        from config.plan import DEVICES  # config.plan imports this module
-
         device = DEVICES.get(self.instance_type)
         if self.accelerators == 0 or device is None:
             return 0  # CPU copies share an instance; an unknown type is the planner's to refuse

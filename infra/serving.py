@@ -485,7 +485,7 @@ class Serving(Construct):
         target.node.add_dependency(component)
         target.scale_to_track_metric(
             "ConcurrentRequestsPerCopy",
-            target_value=float(s.max_batch_size),
+            target_value=float(runtime_settings(dep).max_batch_size),
             predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_INFERENCE_COMPONENT_CONCURRENT_REQUESTS_PER_COPY_HIGH_RESOLUTION,
         )
 

@@ -38,6 +38,7 @@ from runtime.hardware import cpu_environment, device_name, require_cuda_where_gp
 from runtime.merged import MergedModel, load_merged
 from runtime.registry import AdapterRecord, AdapterRegistry, CapacityError, delete_owned
 from runtime.request import EngineError, GenRequest
+from runtime.schemas import for_decoding
 from runtime.telemetry import Telemetry, gpu_memory, host_rss_bytes, host_total_bytes
 from runtime.vllm_args import engine_args, pick_dtype
 
@@ -180,7 +181,21 @@ class Engine:
         }
         self.cuda = cuda
         self.telemetry.event("base_load", **self.base_info)
+        self._stats = asyncio.create_task(self._log_stats())
         self.ready.set()
+
+    async def _log_stats(self) -> None:
+        """vLLM's periodic stats line (throughput, KV usage, prefix-cache hit rate, LoRA),
+        which ``vllm serve`` asks for every ``VLLM_LOG_STATS_INTERVAL`` seconds; its
+        Prometheus metrics are recorded per step either way."""
+        import vllm.envs
+
+        while True:
+            await asyncio.sleep(vllm.envs.VLLM_LOG_STATS_INTERVAL)
+            try:
+                await self.llm.do_log_stats()
+            except Exception:  # a dead engine is /ping's to report
+                log.debug("vLLM stats not logged", exc_info=True)
 
     def _doctor(self) -> None:
         """What start-up needs (``runtime.doctor``), logged check by check before the model
@@ -197,8 +212,9 @@ class Engine:
             raise SystemExit("start-up check failed: " + "; ".join(c.line() for c in failed))
 
     async def stop(self) -> None:
-        if self._refresh is not None:
-            self._refresh.cancel()
+        for task in (self._refresh, getattr(self, "_stats", None)):
+            if task is not None:
+                task.cancel()
         if self.llm is not None:
             self.llm.shutdown()
 
@@ -337,6 +353,10 @@ class Engine:
                 if rec.pinned:  # a pin keeps it loaded: back into the host tier at once
                     from vllm.lora.request import LoRARequest
 
+                    # vLLM's add_lora evicts its least recently used adapter when the host tier
+                    # is full, which may be the next pinned one (and that one's return the
+                    # next...): make the room first, from the unpinned.
+                    await self._make_host_room(now, by_id)
                     if await self.llm.add_lora(LoRARequest(rec.lora_name, rec.lora_id, rec.src)):
                         now.add(lid)
                         self.telemetry.event(
@@ -352,6 +372,27 @@ class Engine:
                     "adapter_load", adapter=rec.name, source="disk", target="host", reason="request"
                 )
         self._gauges()
+
+    async def _make_host_room(self, host: set[int], by_id: dict[int, AdapterRecord]) -> None:
+        """A free host place, taken from the least recently used unpinned adapter when the
+        tier is full (the registry keeps at least one place unpinned). It goes to the disk tier,
+        as a vLLM eviction would: its next request loads it again."""
+        if len(host) < self.settings.max_cpu_loras:
+            return
+        unpinned = [by_id[i] for i in host if i in by_id and not by_id[i].pinned]
+        if not unpinned:
+            return
+        victim = min(unpinned, key=lambda r: r.last_used)
+        if await self.llm.remove_lora(victim.lora_id):
+            host.discard(victim.lora_id)
+            self.telemetry.cache_events.labels("eviction", "host").inc()
+            self.telemetry.event(
+                "adapter_evict",
+                adapter=victim.name,
+                source="host",
+                target="disk",
+                reason="pinned adapter returns",
+            )
 
     def _gauges(self) -> None:
         for tier, n in self.registry.tier_counts().items():
@@ -477,7 +518,7 @@ class Engine:
             except Exception as exc:
                 raise _engine_failure(exc) from None
             if "first_token" not in req.timings:
-                req.timings["first_token"] = (time.perf_counter() - req.arrival) * 1000
+                req.timings["first_token"] = _first_token_ms(req, out)
                 self.telemetry.first_token.observe(req.timings["first_token"] / 1000)
             completion = out.outputs[0]
             if completion.text:
@@ -502,7 +543,7 @@ class Engine:
         p = req.params
         structured = None
         if p.json_schema is not None:
-            structured = StructuredOutputsParams(json=p.json_schema)
+            structured = StructuredOutputsParams(json=for_decoding(p.json_schema))
         return SamplingParams(
             max_tokens=p.max_new_tokens,
             min_tokens=p.min_new_tokens,
@@ -513,7 +554,9 @@ class Engine:
             stop=list(p.stop) or None,
             seed=p.seed,
             structured_outputs=structured,
-            output_kind=RequestOutputKind.DELTA,
+            # vLLM serve's choice (chat_completion/protocol.py): a non-streaming request gets
+            # its answer once, not an output and a wake-up of this process per engine step.
+            output_kind=RequestOutputKind.DELTA if req.stream else RequestOutputKind.FINAL_ONLY,
             skip_special_tokens=True,
         )
 
@@ -537,6 +580,18 @@ class Engine:
             "host_rss_bytes": host_rss_bytes(),
             "host_total_bytes": host_total_bytes(),
         }
+
+
+def _first_token_ms(req: GenRequest, out: Any) -> float:
+    """When the first token came, in ms since arrival. A streamed request sees it come; a
+    non-streaming one (FINAL_ONLY) sees only the end, so the decode span vLLM measured
+    (its first and last token's timestamps, one clock) is taken off the total."""
+    now = (time.perf_counter() - req.arrival) * 1000
+    metrics = getattr(out, "metrics", None)
+    first, last = getattr(metrics, "first_token_ts", 0), getattr(metrics, "last_token_ts", 0)
+    if req.stream or not first or not last:
+        return now
+    return max(0.0, now - (last - first) * 1000)
 
 
 def _stage_timings(req: GenRequest, metrics: Any) -> None:

@@ -62,6 +62,9 @@ class GenRequest:
     admitted: bool = False
     #: What a base request reports serving: a merged adapter's identity (``runtime.merged``).
     artifact: dict[str, Any] | None = None
+    #: Streamed (vLLM sends each step's new text) or not (vLLM sends the finished answer once,
+    #: as ``vllm serve`` asks for non-streaming requests: no wake-up per step).
+    stream: bool = False
 
     def result(self) -> dict[str, Any]:
         return {

@@ -139,7 +139,10 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
         schema = None
         if p.json_schema is not None:
             try:
-                schema = check_schema(p.json_schema, max_bytes=s.max_schema_bytes)
+                # Off the event loop: a large schema's metaschema check would stall /ping.
+                schema = await asyncio.to_thread(
+                    check_schema, p.json_schema, max_bytes=s.max_schema_bytes
+                )
             except SchemaError as exc:
                 return _error(400, f"parameters.json_schema {exc}")
         # Characters are bounded before tokenizing (no tokenizer turns more than
@@ -202,6 +205,7 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
             input_ids=ids,
             params=params,
             artifact=merged.identity if merged is not None else None,
+            stream=body.stream,
         )
         try:
             engine.admit(req)
@@ -341,7 +345,10 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
     async def metrics() -> Response:
         if engine.ready.is_set():
             engine.memory()  # refreshes the device-memory gauges
-        return PlainTextResponse(tel.render(), media_type="text/plain; version=0.0.4")
+        # The runtime's registry, then vLLM's own (KV usage, TTFT, TPOT, queue time,
+        # preemptions, prefix-cache hits, LoRA), which its stat logger records in
+        # prometheus_client's global registry in this process.
+        return PlainTextResponse(tel.render_with_engine(), media_type="text/plain; version=0.0.4")
 
     @app.get("/trace")
     async def trace(since: int = 0, limit: int = 200) -> Response:
@@ -446,16 +453,27 @@ class _Generation(StreamingResponse):
             await self._engine.release(self._req)
 
 
-_REGISTERING: dict[str, asyncio.Lock] = {}
+#: Per-name registration locks, with how many registrations hold or wait for each: a lock
+#: leaves the table with its last user, so the table holds only names being registered (it
+#: grew by one lock per name ever registered).
+_REGISTERING: dict[str, tuple[asyncio.Lock, int]] = {}
 
 
 @contextlib.asynccontextmanager
 async def _registering(name: str):
     """One registration per name at a time: two updates of one adapter racing would leave the
     older one registered."""
-    lock = _REGISTERING.setdefault(name, asyncio.Lock())
-    async with lock:
-        yield
+    lock, users = _REGISTERING.get(name, (asyncio.Lock(), 0))
+    _REGISTERING[name] = (lock, users + 1)
+    try:
+        async with lock:
+            yield
+    finally:
+        lock, users = _REGISTERING[name]
+        if users == 1:
+            del _REGISTERING[name]
+        else:
+            _REGISTERING[name] = (lock, users - 1)
 
 
 async def _collect(engine: Engine, req: GenRequest) -> None:

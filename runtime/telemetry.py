@@ -15,7 +15,14 @@ import threading
 import time
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 log = logging.getLogger("runtime.trace")
 
@@ -90,6 +97,12 @@ class Telemetry:
     def render(self) -> bytes:
         self.host_memory.set(host_rss_bytes())
         return generate_latest(self.registry)
+
+    def render_with_engine(self) -> bytes:
+        """This server's metrics and vLLM's: its ``PrometheusStatLogger`` registers ``vllm:*``
+        in prometheus_client's global ``REGISTRY`` (with the process collectors); the names
+        never meet ours (``lora_*``)."""
+        return self.render() + generate_latest(REGISTRY)
 
 
 def host_rss_bytes() -> int:

@@ -11,7 +11,18 @@ import pytest
 import yaml
 
 from config import CATALOG_PATH, ENVIRONMENTS_DIR, load_deployment
-from config.plan import GIB, CapacityError, base_bytes, plan, slot_rank
+from config.plan import (
+    DEFAULT_MAX_LORAS,
+    GIB,
+    GPU_RUNTIME_RESERVE_GIB,
+    CapacityError,
+    adapter_bytes,
+    base_bytes,
+    plan,
+    slot_rank,
+)
+from config.processes import runtime_settings
+from config.tasks import TARGET_MODULES
 
 REAL = yaml.safe_load(CATALOG_PATH.read_text())
 
@@ -36,7 +47,7 @@ def test_the_seed_formula_on_a_g5_xlarge() -> None:
     )
     assert p.fits == expected > 0
     s = dep.env.serving
-    assert p.max_loras == min(expected, s.max_cpu_loras, s.max_batch_size)
+    assert p.max_loras == min(expected, s.max_cpu_loras, DEFAULT_MAX_LORAS)
 
 
 def test_a_slot_is_what_vllm_preallocates_max_rank_every_projection_base_dtype() -> None:
@@ -70,7 +81,10 @@ def test_adding_an_adapter_no_larger_than_the_largest_keeps_the_plan(tmp_path: P
     )
     path = tmp_path / "adapters.yaml"
     path.write_text(yaml.safe_dump(data))
-    assert plan(load_deployment("dev", path)) == plan(load_deployment("dev"))
+    # What the base's container is started with stays (its pinned host memory grows).
+    assert runtime_settings(load_deployment("dev", path)) == runtime_settings(
+        load_deployment("dev")
+    )
 
 
 def test_cli_prints_the_table() -> None:
@@ -81,3 +95,56 @@ def test_cli_prints_the_table() -> None:
         check=True,
     ).stdout
     assert "OPTION_MAX_LORAS" in out and "adapters that fit" in out
+    for row in ("OPTION_MAX_BATCH_SIZE", "KV tokens", "slot padding", "pinned host memory"):
+        assert row in out, out
+
+
+def test_the_batch_is_sized_from_the_kv_cache_the_slots_leave() -> None:
+    """vLLM's own max_num_seqs on an A10G is 256; 16 left 48 of 64 requests queued (GPU
+    review defect 4). The batch is what the KV cache holds at the planned context."""
+    dep = load_deployment("dev")
+    p = plan(dep)
+    a = dep.base.architecture
+    per_token = 2 * a.num_hidden_layers * a.num_key_value_heads * a.head_dim * 2
+    assert per_token == 147_456  # Qwen3-4B in bfloat16: 144 KiB
+    kv = p.usable_gib - p.base_gib - p.max_loras * p.adapter_mib / 1024 - GPU_RUNTIME_RESERVE_GIB
+    assert p.kv_tokens == int(kv * GIB // per_token)
+    assert p.max_num_seqs == p.kv_tokens // dep.env.serving.planned_context_tokens
+    assert 16 < p.max_num_seqs <= 256
+    # The deployed container runs the planned batch.
+    assert runtime_settings(dep).max_batch_size == p.max_num_seqs
+
+
+def test_the_planner_names_the_adapter_whose_rank_pads_every_slot(tmp_path: Path) -> None:
+    p = plan(load_deployment("dev"))
+    assert p.slot_rank == 64 and p.unpadded_rank == 16 and 0.05 < p.padding_cost < 0.5
+    assert any("'medical-shorthand-r64'" in w and "padded" in w for w in p.warnings)
+    data = copy.deepcopy(REAL)
+    data["adapters"] = [a for a in data["adapters"] if a.get("rank") != 64]
+    path = tmp_path / "adapters.yaml"
+    path.write_text(yaml.safe_dump(data))
+    lean = plan(load_deployment("dev", path))
+    assert any("no adapter needs rank 64" in w for w in lean.warnings), lean.warnings
+
+
+def test_check_warns_of_padding_and_of_more_adapters_than_host_slots(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "config", "check", "--env", "dev"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "warning: environment 'dev': 'medical-shorthand-r64' sets the device slots' rank" in out
+    p = plan(load_deployment("dev", environments_dir=_env(tmp_path, max_cpu_loras=2, max_loras=2)))
+    assert any("host slots" in w and "stalling" in w for w in p.warnings), p.warnings
+
+
+def test_pinned_host_memory_is_planned_from_the_catalog(tmp_path: Path) -> None:
+    dep = load_deployment("dev")
+    sizes = [
+        adapter_bytes(dep.base, a.profile.rank, TARGET_MODULES[a.profile.targets])
+        for a in dep.adapters
+    ]
+    assert plan(dep).pinned_mib == pytest.approx(sum(sizes) / 2**20)
+    with pytest.raises(CapacityError, match=r"pin .* of host memory"):
+        plan(load_deployment("dev", environments_dir=_env(tmp_path, memory_mb=1024)))

@@ -185,3 +185,113 @@ def test_the_sampling_parameters_vllm_gets(tiny_base) -> None:
     )
     assert (sampled.temperature, sampled.top_p, sampled.top_k, sampled.seed) == (0.7, 0.9, 5, 3)
     assert sampled.repetition_penalty == 1.2 and sampled.structured_outputs is None
+
+
+def test_only_a_stream_asks_vllm_for_every_steps_output() -> None:
+    """``vllm serve`` asks for FINAL_ONLY when a request does not stream: one output and one
+    wake-up of the API process per request, not per engine step (GPU review defect 9)."""
+    from vllm.sampling_params import RequestOutputKind
+
+    from contracts.settings import RuntimeSettings
+    from runtime.engine import Engine
+    from runtime.request import GenParams, GenRequest
+
+    engine = Engine(RuntimeSettings())
+    kinds = {
+        stream: engine.sampling_params(
+            GenRequest(None, [1], GenParams(), stream=stream)
+        ).output_kind
+        for stream in (False, True)
+    }
+    assert kinds == {False: RequestOutputKind.FINAL_ONLY, True: RequestOutputKind.DELTA}
+
+
+def test_the_registration_lock_table_keeps_only_names_in_registration() -> None:
+    import asyncio
+
+    from runtime import server
+
+    async def register_many() -> None:
+        for i in range(50):
+            async with server._registering(f"adapter-{i}"):
+                await asyncio.sleep(0)
+
+    asyncio.run(register_many())
+    assert server._REGISTERING == {}
+
+
+class LruHostTier:
+    """vLLM's host tier as ``LRUCacheWorkerLoRAManager`` keeps it (``vllm/lora/worker_manager.py``):
+    ``add_lora`` past ``max_cpu_loras`` evicts the least recently used adapter, whichever it is;
+    ``remove_lora`` drops one; ``list_loras`` names what is held."""
+
+    def __init__(self, capacity: int) -> None:
+        import collections
+
+        self.capacity = capacity
+        self.held: collections.OrderedDict[int, str] = collections.OrderedDict()
+
+    async def add_lora(self, request) -> bool:
+        if request.lora_int_id in self.held:
+            self.held.move_to_end(request.lora_int_id)
+            return False
+        if len(self.held) >= self.capacity:
+            self.held.popitem(last=False)
+        self.held[request.lora_int_id] = request.lora_name
+        return True
+
+    async def remove_lora(self, lora_id: int) -> bool:
+        return self.held.pop(lora_id, None) is not None
+
+    async def list_loras(self) -> set[int]:
+        return set(self.held)
+
+
+def test_a_returning_pin_never_evicts_the_next_pinned_adapter() -> None:
+    """Three host places, two pins: a request for a new adapter made vLLM evict the oldest pin;
+    loading it back evicted the other pin (vLLM's LRU picks any adapter), and so on."""
+    import asyncio
+
+    from vllm.lora.request import LoRARequest
+
+    from contracts.settings import RuntimeSettings
+    from runtime.engine import Engine
+    from runtime.registry import AdapterRecord
+
+    engine = Engine(RuntimeSettings(max_loras=1, max_cpu_loras=3))
+    tier = LruHostTier(3)
+    engine.llm = tier
+
+    def record(name: str, lora_id: int, pinned: bool, used: float) -> AdapterRecord:
+        rec = AdapterRecord(
+            name,
+            lora_id,
+            f"{name}@{lora_id}",
+            f"/x/{name}",
+            pinned,
+            "1",
+            4,
+            8,
+            ("q_proj",),
+            1,
+            last_used=used,
+        )
+        engine.registry.records[name] = rec
+        return rec
+
+    pins = [record("pin-1", 1, True, 1.0), record("pin-2", 2, True, 2.0)]
+    unpinned = record("plain", 3, False, 3.0)
+    newcomer = record("new", 4, False, 4.0)
+
+    async def run() -> None:
+        for rec in (*pins, unpinned):
+            await tier.add_lora(LoRARequest(rec.lora_name, rec.lora_id, rec.src))
+        engine.registry.host_ids = await tier.list_loras()
+        # A request for the newcomer: vLLM loads it and evicts its LRU, the first pin.
+        await tier.add_lora(LoRARequest(newcomer.lora_name, newcomer.lora_id, newcomer.src))
+        await engine.refresh_tiers()
+
+    asyncio.run(run())
+    held = set(tier.held)
+    assert {1, 2} <= held, f"a pin was evicted to bring another back: {tier.held}"
+    assert engine.registry.host_ids == held and len(held) == 3

@@ -288,6 +288,14 @@ def test_metrics_and_trace(server, adapters) -> None:
     text = server.client.get("/metrics").text
     assert 'lora_requests_total{adapter="m1",status="200"}' in text
     assert "lora_adapter_load_seconds_bucket" in text and "lora_host_memory_bytes" in text
+    # vLLM's own metrics beside the runtime's: KV usage, TTFT, queue time, LoRA in use.
+    for name in (
+        "vllm:kv_cache_usage_perc",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:request_queue_time_seconds_bucket",
+        "vllm:lora_requests_info",
+    ):
+        assert name in text, name
     events = server.client.get("/trace").json()["events"]
     loads = [e for e in events if e["event"] == "adapter_load" and e["adapter"] == "m1"]
     assert loads and all("latency_ms" in e for e in loads if e.get("reason") != "request")
@@ -638,3 +646,38 @@ def test_a_chat_with_only_a_user_turn_gets_the_adapters_instruction(
     assert user_only["usage"]["input_tokens"] == as_inputs["usage"]["input_tokens"]
     assert user_only["token_ids"] == as_inputs["token_ids"]
     server.client.delete("/adapters/userturn")
+
+
+def test_schema_bound_answers_parse_with_a_strict_json_parser(server) -> None:
+    """RFC 8259 wants control characters in strings escaped; an untrained model (random
+    weights prefer them) once wrote ``{"name":"com\\x0b Johna\\x04\\x02",...}``, which
+    ``json.loads`` refuses. Every answer under a schema must parse strictly and validate."""
+    from jsonschema import Draft202012Validator
+
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name", "qty", "ok"],
+        "properties": {
+            "name": {"type": "string", "maxLength": 24},
+            "qty": {"type": "integer", "minimum": 0, "maximum": 999},
+            "ok": {"type": "boolean"},
+        },
+    }
+    texts = []
+    for seed in range(8):
+        r = server.invoke(
+            None,
+            inputs=f"Order {seed}: name and quantity?",
+            parameters={
+                "max_new_tokens": 60,
+                "json_schema": schema,
+                "do_sample": True,
+                "temperature": 1.0,
+                "seed": seed,
+            },
+        )
+        assert r.status_code == 200, r.text
+        texts.append(r.json()["generated_text"])
+    for text in texts:
+        Draft202012Validator(schema).validate(json.loads(text))  # strict: no raw controls
