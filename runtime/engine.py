@@ -342,14 +342,7 @@ class Engine:
         by_id = {r.lora_id: r for r in self.registry.records.values()}
         for lid in sorted(before - now):
             if (rec := by_id.get(lid)) is not None:
-                self.telemetry.cache_events.labels("eviction", "host").inc()
-                self.telemetry.event(
-                    "adapter_evict",
-                    adapter=rec.name,
-                    source="host",
-                    target="disk",
-                    reason="max_cpu_loras",
-                )
+                self._evicted(rec, "max_cpu_loras")
                 if rec.pinned:  # a pin keeps it loaded: back into the host tier at once
                     from vllm.lora.request import LoRARequest
 
@@ -385,14 +378,14 @@ class Engine:
         victim = min(unpinned, key=lambda r: r.last_used)
         if await self.llm.remove_lora(victim.lora_id):
             host.discard(victim.lora_id)
-            self.telemetry.cache_events.labels("eviction", "host").inc()
-            self.telemetry.event(
-                "adapter_evict",
-                adapter=victim.name,
-                source="host",
-                target="disk",
-                reason="pinned adapter returns",
-            )
+            self._evicted(victim, "pinned adapter returns")
+
+    def _evicted(self, rec: AdapterRecord, reason: str) -> None:
+        """An adapter left the host tier for the disk tier: counted and traced."""
+        self.telemetry.cache_events.labels("eviction", "host").inc()
+        self.telemetry.event(
+            "adapter_evict", adapter=rec.name, source="host", target="disk", reason=reason
+        )
 
     def _gauges(self) -> None:
         for tier, n in self.registry.tier_counts().items():
