@@ -6,15 +6,40 @@ so every construct asks here rather than deciding for itself.
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import CfnResource, RemovalPolicy
 from aws_cdk import aws_logs as logs
+
+from constructs import Construct
 
 from config import Environment
 
 
 def removal_policy(env: Environment) -> RemovalPolicy:
-    """Keep data resources when the environment protects them (prod), else delete with the stack."""
-    return RemovalPolicy.RETAIN if env.deletion_protection else RemovalPolicy.DESTROY
+    """Keep data resources when the environment protects them (prod), else delete with the stack.
+
+    Kept as CloudFormation's ``RetainExceptOnCreate``, never plain ``Retain``: "If the stack
+    operation that created the resource is rolled back, CloudFormation deletes the resource"
+    (CDK's ``CfnDeletionPolicy.RETAIN_EXCEPT_ON_CREATE``). With ``Retain`` a failed first create
+    (a GPU quota, a health-check timeout) keeps the bucket, the repository, the named log groups
+    and the model package groups, and the retry then fails on "already exists" (deploy review
+    r3, finding 1)."""
+    return (
+        RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE
+        if env.deletion_protection
+        else RemovalPolicy.DESTROY
+    )
+
+
+def share_removal(scope: Construct, policy: RemovalPolicy) -> None:
+    """The policy of a kept key or bucket for what only means something beside it: a key's
+    alias and a bucket's policy (its TLS-only rule). A teardown with protection lifted would
+    otherwise delete them and leave the retained bucket without its policy (finding 11)."""
+    for child in scope.node.find_all():
+        if isinstance(child, CfnResource) and child.cfn_resource_type in (
+            "AWS::KMS::Alias",
+            "AWS::S3::BucketPolicy",
+        ):
+            child.apply_removal_policy(policy)
 
 
 _RETENTION = {

@@ -13,16 +13,30 @@ from config import Deployment
 from infra.adapters import artifact_bucket_name
 from infra.nag import acknowledge, checkov_skip
 
+#: Interface endpoints, each with who calls it from inside the VPC; an endpoint nobody in the
+#: VPC calls costs an ENI-hour per AZ for nothing (deploy review r3, finding 15: sagemaker.api
+#: and sts had no caller: the router assumes no role and calls no control-plane API, and the
+#: endpoint's containers run network-isolated). The caller of each is tested
+#: (tests/infra/test_network.py).
 INTERFACE_ENDPOINTS = {
     "SageMakerRuntime": ec2.InterfaceVpcEndpointAwsService.SAGEMAKER_RUNTIME,
-    "SageMakerApi": ec2.InterfaceVpcEndpointAwsService.SAGEMAKER_API,
     "EcrApi": ec2.InterfaceVpcEndpointAwsService.ECR,
     "EcrDocker": ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER,
     "Logs": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
-    "Sts": ec2.InterfaceVpcEndpointAwsService.STS,
     "SecretsManager": ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
     "Monitoring": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING,
     "XRay": ec2.InterfaceVpcEndpointAwsService.XRAY,
+}
+#: Who calls each endpoint from the VPC's subnets.
+ENDPOINT_CALLERS = {
+    "SageMakerRuntime": "the router Lambda: InvokeEndpoint(WithResponseStream)",
+    "EcrApi": "SageMaker hosting in the VPC: the runtime image's manifest (ECR user guide, "
+    "interface endpoints for private subnets)",
+    "EcrDocker": "SageMaker hosting in the VPC: the runtime image's layers",
+    "Logs": "SageMaker hosting in the VPC: the containers' logs",
+    "SecretsManager": "the router Lambda: the cache's AUTH token (Powertools get_secret)",
+    "Monitoring": "SageMaker hosting in the VPC: the components' metrics",
+    "XRay": "the router Lambda: its traces (Powertools tracer)",
 }
 
 

@@ -246,6 +246,15 @@ class Router(Construct):
                 authorization_type=apigw.AuthorizationType.IAM
             ),
         )
+        # API Gateway creates the execution-log group itself when a stage logs, unencrypted and
+        # kept forever, outside every template ("API Gateway automatically creates and manages
+        # a CloudWatch Logs log group ... named API-Gateway-Execution-Logs_{rest-api-id}/
+        # {stage_name}": developer guide, set-up-logging). Declared here first, with the key,
+        # the retention and the removal policy of every other group (deploy review r3, 10).
+        self.execution_logs = self._log_group(
+            "ExecutionLogs", f"API-Gateway-Execution-Logs_{self.api.rest_api_id}/{STAGE}"
+        )
+        self.api.deployment_stage.node.add_dependency(self.execution_logs)
         checkov_skip(
             self.api.deployment_stage.node.default_child,
             CKV_AWS_120="Answers depend on the caller (tenant, IAM identity) and carry user "
@@ -397,6 +406,7 @@ def web_acl(scope: Construct, prefix: str, rate_limit: int) -> wafv2.CfnWebACL:
     )
 
 
+INVOKE_ACTIONS = ["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"]
 #: Adapter component ARNs per managed policy: IAM's 6,144-character limit on a managed
 #: policy (IAM user guide, "IAM and AWS STS quotas") holds about 50 such ARNs; 40 leaves room.
 COMPONENTS_PER_POLICY = 40
@@ -410,6 +420,9 @@ def invoke_policies(scope: Construct, stack: Stack, dep: Deployment) -> list[iam
     policies by default)."""
     endpoint = stack.format_arn(
         service="sagemaker", resource="endpoint", resource_name=dep.endpoint_name
+    )
+    base = stack.format_arn(
+        service="sagemaker", resource="inference-component", resource_name=dep.base_component_name
     )
     arns = [
         stack.format_arn(service="sagemaker", resource="inference-component", resource_name=name)
@@ -426,12 +439,20 @@ def invoke_policies(scope: Construct, stack: Stack, dep: Deployment) -> list[iam
             statements=[
                 iam.PolicyStatement(
                     sid="InvokeThisEndpointsAdapterComponents",
-                    actions=[
-                        "sagemaker:InvokeEndpoint",
-                        "sagemaker:InvokeEndpointWithResponseStream",
-                    ],
+                    actions=INVOKE_ACTIONS,
                     resources=[endpoint, *chunk],
-                )
+                ),
+                # InvokeEndpoint's resources are the endpoint (required) and the inference
+                # component (optional: Service Authorization Reference), so the endpoint's ARN
+                # alone may admit a call naming the base component, which would serve without
+                # an adapter's prompt or artifact binding. An explicit Deny settles it
+                # (deploy review r3, finding 16).
+                iam.PolicyStatement(
+                    sid="NeverTheBaseComponent",
+                    effect=iam.Effect.DENY,
+                    actions=INVOKE_ACTIONS,
+                    resources=[base],
+                ),
             ],
         )
         for i, chunk in enumerate(chunks)

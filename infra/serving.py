@@ -45,7 +45,6 @@ VARIANT = "AllTraffic"
 INFERENCE_AMI_VERSION = "al2023-ami-sagemaker-inference-gpu-4-1"
 #: Namespace of the metrics SageMaker publishes per inference component (CloudWatch docs,
 #: "Amazon SageMaker AI metrics": inference component metrics).
-COMPONENT_METRICS_NAMESPACE = "/aws/sagemaker/InferenceComponents"
 
 
 def component_log_group_name(component_name: str) -> str:
@@ -566,12 +565,22 @@ def execution_policy(
             iam.PolicyStatement(
                 sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]
             ),
-            # No logs:CreateLogGroup: the groups are created (encrypted, with retention) by the
-            # stack before any component runs, and with it SageMaker would create a group again
-            # while the stack deletes it, leaving a group a recreate of the stack collides with.
+            # AWS's documented CreateModel set ("CreateModel API: Execution Role Permissions",
+            # sagemaker-roles.md in awsdocs/amazon-sagemaker-developer-guide): logs
+            # CreateLogGroup, CreateLogStream, PutLogEvents and DescribeLogStreams, and
+            # cloudwatch:PutMetricData. A hosting agent that is refused one of them (AccessDenied,
+            # not AlreadyExists) drops the containers' logs or metrics silently (deploy review
+            # r3, finding 9). Scoped to the two groups the stack creates (encrypted, with
+            # retention) before any component runs: CreateLogGroup on them answers
+            # ResourceAlreadyExists, as the agent expects.
             iam.PolicyStatement(
                 sid="ContainerLogs",
-                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                actions=[
+                    "logs:CreateLogGroup",
+                    "logs:CreateLogStream",
+                    "logs:PutLogEvents",
+                    "logs:DescribeLogStreams",
+                ],
                 resources=[
                     stack.format_arn(
                         service="logs",
@@ -586,7 +595,9 @@ def execution_policy(
                 sid="ComponentMetrics",
                 actions=["cloudwatch:PutMetricData"],
                 resources=["*"],
-                conditions={"StringEquals": {"cloudwatch:namespace": COMPONENT_METRICS_NAMESPACE}},
+                # Instance metrics go to /aws/sagemaker/Endpoints, a component's enhanced
+                # metrics to /aws/sagemaker/InferenceComponents/NAME: SageMaker's namespaces.
+                conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}},
             ),
             iam.PolicyStatement(
                 sid="VpcNetworkInterfaces",

@@ -10,7 +10,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from config import Deployment
-from infra.lifecycle import removal_policy
+from infra.lifecycle import removal_policy, share_removal
 from infra.nag import acknowledge, checkov_skip
 
 #: Key prefixes in the artifact bucket; the SageMaker role reads only these.
@@ -135,6 +135,7 @@ class Storage(Construct):
                     "Single-region platform: artifacts are reproducible from the catalog and "
                     "training code, and versioning keeps every published adapter.",
                 )
+        share_removal(self, removal)
         # The catalog's image repository, in this environment's namespace (``PREFIX/NAME``);
         # none when the image lives elsewhere (an external ECR address).
         image = dep.base.image

@@ -129,7 +129,11 @@ def test_the_router_invokes_only_the_adapter_components(dev_templates) -> None:
 
     dep = load_deployment("dev")
     statements = _router_statements(dev_templates["lora-dev-router"])
-    invoke = [s for s in statements if "sagemaker:InvokeEndpoint" in s["Action"]]
+    invoke = [
+        s
+        for s in statements
+        if "sagemaker:InvokeEndpoint" in s["Action"] and s["Effect"] == "Allow"
+    ]
     arns = {resolve(r) for s in invoke for r in s["Resource"]}
     prefix = "arn:aws:sagemaker:us-east-1:123456789012:"
     assert arns == {

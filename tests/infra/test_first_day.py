@@ -1,0 +1,111 @@
+"""The deploy review's findings a template settles (shared/reviews/2026-12-deploy-review-r3.md):
+each read off the synthesized templates, as CloudFormation and IAM will read them."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+from tests.infra.conftest import resources
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _statements(template: dict) -> list[dict]:
+    out = []
+    for rtype in ("AWS::IAM::ManagedPolicy", "AWS::IAM::Policy"):
+        for r in resources(template, rtype).values():
+            out += r["Properties"]["PolicyDocument"]["Statement"]
+    return out
+
+
+def test_the_router_may_never_invoke_the_base_component(dev_templates) -> None:
+    """Finding 16: InvokeEndpoint's inference-component resource is optional, so the endpoint's
+    ARN alone may admit a call that names the base component; an explicit Deny settles it."""
+    denies = [s for s in _statements(dev_templates["lora-dev-router"]) if s["Effect"] == "Deny"]
+    assert denies, "no explicit Deny in the router's policies"
+    text = json.dumps(denies)
+    assert "inference-component/lora-dev-base" in text
+    assert set(denies[0]["Action"]) == {
+        "sagemaker:InvokeEndpoint",
+        "sagemaker:InvokeEndpointWithResponseStream",
+    }
+    allows = json.dumps(
+        [s for s in _statements(dev_templates["lora-dev-router"]) if s["Effect"] == "Allow"]
+    )
+    assert 'inference-component/lora-dev-base"' not in allows
+
+
+def test_the_execution_role_has_aws_documented_logs_and_metrics_actions(dev_templates) -> None:
+    """Finding 9: AWS's CreateModel execution-role set (sagemaker-roles.md): logs
+    CreateLogGroup, CreateLogStream, PutLogEvents, DescribeLogStreams; cloudwatch:PutMetricData
+    in SageMaker's namespaces."""
+    statements = {s.get("Sid"): s for s in _statements(dev_templates["lora-dev-serving"])}
+    logs = statements["ContainerLogs"]
+    assert set(logs["Action"]) >= {
+        "logs:CreateLogGroup",
+        "logs:CreateLogStream",
+        "logs:PutLogEvents",
+        "logs:DescribeLogStreams",
+    }
+    metrics = statements["ComponentMetrics"]
+    assert metrics["Condition"] == {"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}
+
+
+def test_api_gateways_execution_log_group_is_declared_encrypted_with_retention(
+    dev_templates,
+) -> None:
+    """Finding 10: API Gateway would create it unencrypted and never expiring, outside the
+    stack; declared first, the stage depends on it."""
+    router = dev_templates["lora-dev-router"]
+    groups = resources(router, "AWS::Logs::LogGroup")
+    (rid, group) = next(
+        (k, g)
+        for k, g in groups.items()
+        if "API-Gateway-Execution-Logs_" in json.dumps(g["Properties"].get("LogGroupName"))
+    )
+    assert "KmsKeyId" in group["Properties"] and "RetentionInDays" in group["Properties"]
+    (stage,) = resources(router, "AWS::ApiGateway::Stage").values()
+    assert rid in stage.get("DependsOn", [])
+    assert "/live" in json.dumps(group["Properties"]["LogGroupName"])
+
+
+def test_the_cache_sets_no_transit_encryption_mode_at_create(dev_templates) -> None:
+    """Finding 14: TransitEncryptionEnabled already means required; CreateReplicationGroup
+    makes required a two-step change."""
+    (group,) = resources(
+        dev_templates["lora-dev-cache"], "AWS::ElastiCache::ReplicationGroup"
+    ).values()
+    assert group["Properties"]["TransitEncryptionEnabled"] is True
+    assert "TransitEncryptionMode" not in group["Properties"]
+
+
+def test_every_interface_endpoint_has_a_caller_in_the_vpc(dev_templates) -> None:
+    """Finding 15: an endpoint nobody in the VPC calls is billed per AZ-hour for nothing. Each
+    endpoint names its caller, and each caller's code calls that service."""
+    from infra.network import ENDPOINT_CALLERS, INTERFACE_ENDPOINTS
+
+    assert set(ENDPOINT_CALLERS) == set(INTERFACE_ENDPOINTS)
+    services = {
+        json.dumps(e["Properties"]["ServiceName"])
+        for e in resources(dev_templates["lora-dev-network"], "AWS::EC2::VPCEndpoint").values()
+        if e["Properties"].get("VpcEndpointType") == "Interface"
+    }
+    assert len(services) == len(INTERFACE_ENDPOINTS)
+    assert not any(".sagemaker.api" in s or '.sts"' in s for s in services), services
+    router = " ".join(p.read_text() for p in (ROOT / "lambda_proxy").glob("*.py"))
+    assert '"sagemaker-runtime"' in router and "get_secret" in router and "tracer" in router
+    # The router assumes no role and calls no SageMaker control-plane API.
+    calls = {
+        n.args[0].value
+        for p in (ROOT / "lambda_proxy").glob("*.py")
+        for n in ast.walk(ast.parse(p.read_text()))
+        if isinstance(n, ast.Call)
+        and getattr(n.func, "attr", "") == "client"
+        and n.args
+        and isinstance(n.args[0], ast.Constant)
+    }
+    assert calls <= {"sagemaker-runtime", "secretsmanager"}, calls
+    assert not re.search(r"assume_role\(", router)
