@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from aws_cdk import CfnResource, RemovalPolicy
 from aws_cdk import aws_logs as logs
-
 from constructs import Construct
 
 from config import Environment
