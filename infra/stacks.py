@@ -2,7 +2,8 @@
 
 ``lora-fleet-account`` (API Gateway's account-wide logging role, shared by every environment of
 an account and region) ->
-``PREFIX-stateful`` (key, buckets, repository) -> ``PREFIX-network`` -> ``PREFIX-cache``
+``PREFIX-stateful`` (key, buckets, repository) -> ``PREFIX-registry-NN`` shards (Model Registry
+groups) -> ``PREFIX-network`` -> ``PREFIX-cache``
 (stateful too, kept apart because it lives in the VPC) -> ``PREFIX-serving`` (endpoint and base
 component) -> ``PREFIX-adapters-NN`` shards -> ``PREFIX-router`` -> ``PREFIX-observability``.
 Stateful stacks get termination protection where the environment asks for deletion protection.
@@ -20,7 +21,7 @@ from infra.adapters import AdapterComponents, artifact_bucket_name, shards
 from infra.cache import ResponseCacheCluster
 from infra.network import Network
 from infra.observability import Observability
-from infra.registry import ModelRegistry
+from infra.registry import ModelRegistry, registry_stack_name
 from infra.router import STAGE, Router
 from infra.serving import Serving
 from infra.storage import Storage
@@ -43,13 +44,11 @@ class AccountStack(EnvironmentStack):
 
 
 class StatefulStack(EnvironmentStack):
-    """What must outlive every redeploy: the key, the buckets, the image repository and the
-    Model Registry's groups (release evidence)."""
+    """What must outlive every redeploy: the key, the buckets and the image repository."""
 
     def __init__(self, scope: Construct, id: str, *, dep: Deployment, **kw) -> None:
         super().__init__(scope, id, **kw)
         self.storage = Storage(self, "Storage", dep=dep)
-        self.registry = ModelRegistry(self, "Registry", dep=dep)
         self.storage.artifacts.node.default_child.add_property_override(  # type: ignore[union-attr]
             "BucketName", artifact_bucket_name(dep)
         )
@@ -161,6 +160,14 @@ class ServingStack(EnvironmentStack):
         )
 
 
+class RegistryShardStack(EnvironmentStack):
+    """The Model Registry's groups (release evidence) of one shard's adapters."""
+
+    def __init__(self, scope: Construct, id: str, *, dep: Deployment, members, **kw) -> None:
+        super().__init__(scope, id, **kw)
+        self.registry = ModelRegistry(self, "Registry", dep=dep, members=members)
+
+
 class AdapterShardStack(EnvironmentStack):
     def __init__(self, scope: Construct, id: str, *, dep: Deployment, members, **kw) -> None:
         super().__init__(scope, id, **kw)
@@ -194,6 +201,19 @@ def build(app: Construct, dep: Deployment, *, account_stack: bool = True) -> lis
         app, f"{p}-serving", dep=dep, stateful=stateful, network=network, env=env
     )
     stacks: list[Stack] = [stateful, network, cache, serving]
+    for index, members in shards(dep).items():
+        registry = RegistryShardStack(
+            app,
+            registry_stack_name(dep, index),
+            dep=dep,
+            members=members,
+            env=env,
+            termination_protection=protect,
+        )
+        # Deployed before serving, which the pipeline's release step (publish: the groups take
+        # its versions) runs ahead of.
+        serving.add_stack_dependency(registry, "publish registers versions in the groups")
+        stacks.insert(stacks.index(serving), registry)
     for index, members in shards(dep).items():
         shard = AdapterShardStack(
             app, f"{p}-adapters-{index:02d}", dep=dep, members=members, env=env

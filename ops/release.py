@@ -5,7 +5,8 @@ A plain ``cdk deploy --all`` creates the repository and the bucket and then, at 
 and the components that need an image, base weights and adapter archives nobody has put there.
 This command does the steps in order:
 
-1. ``stacks``   deploy the account, stateful and network stacks (repository, bucket, key, VPC);
+1. ``stacks``   deploy the account, stateful, Model Registry and network stacks (repository,
+                bucket, key, every adapter's model package group, VPC);
 2. ``image``    build the runtime image for linux/amd64 and push it under the catalog's tag (an
                 immutable tag that exists is never pushed again; a digest must already exist);
 3. ``weights``  stage the base weights: the pinned revision from the Hugging Face Hub (weights,
@@ -211,9 +212,29 @@ class Release:
 
     def foundation_stacks(self) -> list[str]:
         from infra.account import ACCOUNT_STACK
+        from infra.adapters import SHARD_COUNT
+        from infra.registry import registry_stack_name
 
         p = self.dep.env.prefix
-        return [ACCOUNT_STACK, f"{p}-stateful", f"{p}-network"]
+        registry = [registry_stack_name(self.dep, i) for i in range(SHARD_COUNT)]
+        return [ACCOUNT_STACK, f"{p}-stateful", *registry, f"{p}-network"]
+
+    def groups_missing(self) -> list[str]:
+        """Adapters whose model package group is not in the account: a catalog entry added
+        since the registry shards were deployed. Publish registers versions in the group
+        (CreateModelPackage never creates one), so the ``stacks`` step deploys the shards
+        again first (deploy review r3, finding 6)."""
+        from botocore.exceptions import ClientError
+
+        missing = []
+        for a in self.dep.adapters:
+            try:
+                self.sm.describe_model_package_group(ModelPackageGroupName=a.component_name)
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] not in ("ValidationException", "ResourceNotFound"):
+                    raise
+                missing.append(f"model package group {a.component_name} does not exist")
+        return missing
 
     # -- state checks ---------------------------------------------------------------------------
 
@@ -402,7 +423,7 @@ class Release:
     def status(self, step: str) -> list[str]:
         """What is missing for ``step``; empty when it is done."""
         if step == "stacks":
-            return self.foundation_missing()
+            return self.foundation_missing() or self.groups_missing()
         if step == "image":
             if not self.dep.base.image.external and not self.repository_exists():
                 return ["the repository does not exist yet (stacks step)"]

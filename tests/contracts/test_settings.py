@@ -88,5 +88,8 @@ def test_the_catalog_schema_takes_its_router_defaults_from_the_contract() -> Non
         "stream_deadline_s",
     ):
         assert RouterConfig.model_fields[field].default == RouterSettings.default(field), field
-    for field in ("max_cpu_loras", "vram_headroom", "max_batch_size"):
+    for field in ("max_cpu_loras", "vram_headroom"):
         assert ServingConfig.model_fields[field].default == RuntimeSettings.default(field), field
+    # The batch is the planner's (config.plan: the KV cache's tokens), unless an environment
+    # sets it.
+    assert ServingConfig.model_fields["max_batch_size"].default is None

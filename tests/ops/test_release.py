@@ -96,6 +96,21 @@ class FakeTools(Tools):
         backend = cloudformation_backends[ACCOUNT][REGION]
         (stack,) = [s for s in backend.stacks.values() if s.name == name]
         stack.template = json.dumps(template)
+        self._groups(template)
+
+    @staticmethod
+    def _groups(template: dict) -> None:
+        """The model package groups a deployed template declares, and only those: a group no
+        stack created does not exist (CreateModelPackage refuses it, as SageMaker would)."""
+        sm = boto3.client("sagemaker", region_name=REGION)
+        for r in template.get("Resources", {}).values():
+            if r["Type"] != "AWS::SageMaker::ModelPackageGroup":
+                continue
+            group = r["Properties"]["ModelPackageGroupName"]
+            try:
+                sm.describe_model_package_group(ModelPackageGroupName=group)
+            except sm.exceptions.ClientError:
+                sm.create_model_package_group(ModelPackageGroupName=group)
 
     def _stateful(self) -> None:
         dep = self.release.dep
@@ -108,9 +123,6 @@ class FakeTools(Tools):
             repositoryName=dep.base.image.repository_name(dep.env.prefix),
             imageTagMutability="IMMUTABLE",
         )
-        sm = boto3.client("sagemaker", region_name=REGION)
-        for a in dep.adapters:  # infra.registry's groups
-            sm.create_model_package_group(ModelPackageGroupName=a.component_name)
 
     def download_base(self, repo_id: str, revision: str, dest: Path) -> Path:
         self.calls.append(("download_base", repo_id, revision))
@@ -337,7 +349,9 @@ def test_a_release_runs_each_step_in_order_and_a_second_run_skips_every_step(set
     assert outcome == {**dict.fromkeys(STEPS[:5], "done"), "deploy": "ran", "smoke": "ran"}
     runs = [c[1] for c in tools.calls if c[0] == "run"]
     deploys = [r for r in runs if r[2:4] == ("cdk", "deploy")]
-    assert deploys[0][-3:] == ("lora-fleet-account", "lora-dev-stateful", "lora-dev-network")
+    assert deploys[0][4 + 6 : 4 + 8] == ("lora-fleet-account", "lora-dev-stateful")
+    assert deploys[0][-1] == "lora-dev-network"
+    assert "lora-dev-registry-00" in deploys[0] and "lora-dev-registry-15" in deploys[0]
     assert deploys[1][-1] == "--all"
     order = [c[0] if c[0] != "run" else " ".join(c[1][:3]) for c in tools.calls]
     assert order.index("docker buildx build") > order.index("npx --no-install cdk")
@@ -712,3 +726,30 @@ def test_a_merged_entry_is_merged_and_staged_in_the_adapters_step(setup) -> None
     setup["tools"].calls.clear()
     assert setup["release"]().run(STEPS[:4])["adapters"] == "done"
     assert not [c for c in setup["tools"].calls if c[0] == "merge"], "staged once"
+
+
+def test_adding_an_adapter_to_a_released_environment_releases_it_to_the_end(setup) -> None:
+    """Finding 6: the new entry's model package group is in no deployed template yet, and
+    CreateModelPackage never creates a group; the stacks step deploys the registry shards again
+    before publish registers the new version."""
+    released(setup)
+    data = yaml.safe_load(setup["catalog"].read_text())
+    data["adapters"].append(
+        {
+            "name": "contracts-summary",
+            "version": "1.0.0",
+            "base": "qwen3-4b",
+            "task": "style_transfer",
+            "rank": 16,
+            "alpha": 32,
+            "allow": {"tenants": ["legal"]},
+        }
+    )
+    setup["catalog"].write_text(yaml.safe_dump(data, sort_keys=False))
+    setup["tools"].calls.clear()
+    outcome = released(setup)
+    assert outcome["stacks"] == "done" and outcome["deploy"] == "ran", outcome
+    sm = boto3.client("sagemaker", region_name=REGION)
+    packages = sm.list_model_packages(ModelPackageGroupName="lora-dev-contracts-summary")
+    assert len(packages["ModelPackageSummaryList"]) == 1
+    assert setup["release"]().run() == dict.fromkeys(STEPS, "done")

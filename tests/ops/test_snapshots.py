@@ -59,6 +59,12 @@ def _bundle_table(outdir: Path, template: dict) -> dict:
     return json.loads(table.read_text())
 
 
+def _allows(policy: dict) -> list[dict]:
+    return [
+        s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Allow"
+    ]
+
+
 def test_one_new_catalog_entry_adds_one_component_and_one_route_and_nothing_else(
     assemblies, tmp_path: Path
 ) -> None:
@@ -110,31 +116,37 @@ def test_one_new_catalog_entry_adds_one_component_and_one_route_and_nothing_else
         if rid.startswith("RouterInvokePolicy")
     }
     for k in invoke & set(changed):
-        (before_statement,) = old[k]["Properties"]["PolicyDocument"]["Statement"]
-        (after_statement,) = new[k]["Properties"]["PolicyDocument"]["Statement"]
+        (before_statement,) = _allows(old[k])
+        (after_statement,) = _allows(new[k])
         grown = [r for r in after_statement["Resource"] if r not in before_statement["Resource"]]
         assert len(grown) == 1 and "lora-dev-contracts-summary" in json.dumps(grown)
     router_only |= invoke
     # Its model package group, where publish registers its versions (Model Registry).
     groups = [k for k in added if new[k]["Type"] == "AWS::SageMaker::ModelPackageGroup"]
+    registry_stack = f"lora-dev-registry-{shard_of('contracts-summary'):02d}"
     assert [(k[0], new[k]["Properties"]["ModelPackageGroupName"]) for k in groups] == [
-        ("lora-dev-stateful", "lora-dev-contracts-summary")
+        (registry_stack, "lora-dev-contracts-summary")
     ]
     assert set(added) - set(components) - set(groups) <= router_only
     # An empty shard's placeholder goes when its first component arrives.
     placeholder = {
-        (shard_stack, rid)
-        for rid, r in before[shard_stack]["Resources"].items()
+        (stack, rid)
+        for stack in (shard_stack, registry_stack)
+        for rid, r in before[stack]["Resources"].items()
         if r["Type"] == "AWS::CloudFormation::WaitConditionHandle"
     }
     assert set(removed) <= old_router | placeholder
     assert set(changed) <= router_only
     assert len([k for k in added if new[k]["Type"] == "AWS::Lambda::Version"]) <= 1
-    other_stacks = set(before) - {"lora-dev-router", shard_stack, "lora-dev-stateful"}
-    assert (
-        _resources({"s": before["lora-dev-stateful"]}).items()
-        <= _resources({"s": after["lora-dev-stateful"]}).items()
-    ), "the stateful stack only gains the group"
+    other_stacks = set(before) - {"lora-dev-router", shard_stack, registry_stack}
+    kept = {
+        k: v
+        for k, v in _resources({"s": before[registry_stack]}).items()
+        if v["Type"] != "AWS::CloudFormation::WaitConditionHandle"
+    }
+    assert kept.items() <= _resources({"s": after[registry_stack]}).items(), (
+        "the registry shard only gains the group"
+    )
     assert all(before[s] == after[s] for s in other_stacks)
     assert set(after) == set(before), "every shard stack exists, empty or not"
 
