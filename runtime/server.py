@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import re
 import shutil
 import tempfile
@@ -33,6 +34,7 @@ from model_hosting_container_standards.sagemaker.lora.models.request import (
     SageMakerRegisterLoRAAdapterRequest,
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from contracts.requests import RepetitionPenalty, Temperature
 from runtime.adapters import AdapterError
@@ -43,6 +45,10 @@ from runtime.request import EngineError, GenParams, GenRequest
 from runtime.schemas import SchemaError, check_schema
 
 ADAPTER_HEADER = SageMakerLoRAApiHeader.ADAPTER_IDENTIFIER
+#: The name SageMaker's messages about an adapter use, when it sends one (the package's
+#: register and unregister answers say ``Adapter {alias} ...``).
+ADAPTER_ALIAS = SageMakerLoRAApiHeader.ADAPTER_ALIAS
+log = logging.getLogger("runtime.server")
 
 
 class Message(BaseModel):
@@ -105,6 +111,17 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
             await engine.stop()
 
     app = FastAPI(title="lora-fleet runtime", docs_url=None, redoc_url=None, lifespan=lifespan)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def unmatched(request: Request, exc: StarletteHTTPException) -> Response:
+        """A route or method the contract does not have: logged, so a SageMaker call this
+        server does not speak (another adapter route, another method) is seen in the
+        component's log instead of failing in silence."""
+        if exc.status_code in (404, 405):
+            log.warning(
+                "unmatched request: %s %s (%d)", request.method, request.url.path, exc.status_code
+            )
+        return _error(exc.status_code, str(exc.detail))
 
     @app.get("/ping")
     async def ping() -> Response:
@@ -254,12 +271,17 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
         except ValidationError as exc:
             fields = sorted({str(e["loc"][0]) for e in exc.errors() if e["loc"]})
             return _error(400, f"invalid register request: check {', '.join(fields)}")
+        # Any non-empty name, as AWS's model-hosting-container-standards takes it: what
+        # SageMaker sends as the name is documented nowhere, and refusing one would leave every
+        # adapter unloaded while its component reports InService. No path is ever made from
+        # it (archives extract into a directory of their own under the work dir).
         if not ADAPTER_NAME_RE.match(req.name):
-            return _error(
-                400,
-                f"adapter name {req.name[:80]!r} must be 1 to 63 letters, digits and inner "
-                "hyphens (SageMaker's inference-component name rule)",
+            log.warning(
+                "adapter registered under %r, which is not an inference-component name: "
+                "requests must name it exactly",
+                req.name[:200],
             )
+        alias = request.headers.get(ADAPTER_ALIAS) or req.name
         if _inside(Path(req.src), s.work_dir):
             return _error(
                 400,
@@ -309,20 +331,23 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
             version=record.version,
             lora_id=record.lora_id,
         )
-        msg = ResponseMessage.ADAPTER_UPDATED if replaced else ResponseMessage.ADAPTER_REGISTERED
+        # The package's answer for every successful register, a new version included
+        # (transforms/register.py); ``replaced`` says which it was.
+        msg = ResponseMessage.ADAPTER_REGISTERED.format(alias=alias)
         return JSONResponse(
-            {"message": msg.format(alias=req.name), **record.describe(engine.registry.tier(record))}
+            {"message": msg, "replaced": replaced, **record.describe(engine.registry.tier(record))}
         )
 
-    @app.delete("/adapters/{name}")
-    async def unregister(name: str) -> Response:
+    @app.delete("/adapters/{name:path}")
+    async def unregister(name: str, request: Request) -> Response:
+        alias = request.headers.get(ADAPTER_ALIAS) or name
         # Behind the name's registration: a DELETE during an update removes the new version.
         async with _registering(name):
             try:
                 await engine.unregister(name)
             except KeyError:
-                return _error(404, ResponseMessage.ADAPTER_NOT_FOUND.format(alias=name))
-        return JSONResponse({"message": ResponseMessage.ADAPTER_UNREGISTERED.format(alias=name)})
+                return _error(404, ResponseMessage.ADAPTER_NOT_FOUND.format(alias=alias))
+        return JSONResponse({"message": ResponseMessage.ADAPTER_UNREGISTERED.format(alias=alias)})
 
     @app.get("/adapters")
     async def list_adapters() -> Response:
@@ -358,7 +383,7 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
 
 
 #: SageMaker's rule for inference-component names (CreateInferenceComponent), which is what it
-#: passes as the adapter identifier: never a path separator, control character or dot segment.
+#: is expected to pass as the adapter identifier; another name is accepted and logged.
 ADAPTER_NAME_RE = re.compile(r"^(?=.{1,63}$)[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
 REGISTER_BODY_BYTES = 64 * 1024
 #: Characters one token can hold at most, for the bound checked before tokenizing.
