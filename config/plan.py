@@ -257,10 +257,14 @@ def plan(dep: Deployment) -> CapacityPlan:
         )
     host_share = pinned_bytes / (s.memory_mb * 2**20)
     if gpu and host_share > 0.5:
-        raise CapacityError(
-            f"{where}: vLLM would pin {pinned_bytes / GIB:.2f} GiB of host memory for "
-            f"{min(len(sizes), s.max_cpu_loras)} adapters, over half of serving.memory_mb "
-            f"{s.memory_mb}; lower serving.max_cpu_loras"
+        # A warning, not a refusal: the memory is pinned only once that many distinct adapters
+        # have been loaded, and the figure follows the catalog, which must never restart the
+        # base by changing its container's settings.
+        warnings.append(
+            f"vLLM would pin {pinned_bytes / GIB:.2f} GiB of host memory for the "
+            f"{min(len(sizes), s.max_cpu_loras)} largest adapters in its host slots, over half "
+            f"of serving.memory_mb {s.memory_mb} (the API and engine processes need the rest); "
+            "lower serving.max_cpu_loras or raise serving.memory_mb"
         )
     return CapacityPlan(
         s.instance_type,

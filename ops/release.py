@@ -90,6 +90,41 @@ def comparable(template: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def stuck_remedy(stack: str, status: str) -> str:
+    """What clears a stack state that no deploy can go on from (CloudFormation's stack status
+    codes, user guide "Stack status codes"; deploy review r3, finding 17), in a sentence. The
+    README's runbook says more."""
+    if status == "UPDATE_ROLLBACK_FAILED":
+        return (
+            f"continue the rollback (aws cloudformation continue-update-rollback --stack-name "
+            f"{stack}, with --resources-to-skip for a resource that cannot roll back), then run "
+            "the release again"
+        )
+    if status in ("ROLLBACK_COMPLETE", "ROLLBACK_FAILED"):
+        return (
+            "its first create failed and cannot be updated: read why in its events, delete it "
+            f"(aws cloudformation delete-stack --stack-name {stack}; nothing a failed create "
+            "made is kept) and run the release again"
+        )
+    if status == "DELETE_FAILED":
+        return (
+            "a resource blocked its deletion (for the network stack, usually the ENIs SageMaker "
+            "removes after its endpoint: wait, then retry); see its events, then delete it again "
+            f"(aws cloudformation delete-stack --stack-name {stack}) and run the release"
+        )
+    if status.endswith("_IN_PROGRESS"):
+        return (
+            "another operation on it is still running (a release, the pipeline, the console): "
+            "wait for it to end and run the release again"
+        )
+    if status.endswith("_FAILED"):
+        return (
+            f"see why in its events (aws cloudformation describe-stack-events --stack-name "
+            f"{stack}), clear it, and run the release again"
+        )
+    return "see its events before running the release again"
+
+
 def running_in_ci() -> bool:
     """GitHub Actions and most CI systems set ``CI=true``; CodeBuild (the CDK pipeline) sets
     ``CODEBUILD_BUILD_ID``."""
@@ -246,8 +281,8 @@ class Release:
             (stack,) = self.cfn.describe_stacks(StackName=name)["Stacks"]
         except ClientError:
             return "not deployed"
-        if stack["StackStatus"] not in STABLE:
-            return f"in state {stack['StackStatus']}"
+        if (status := stack["StackStatus"]) not in STABLE:
+            return f"in state {status}: {stuck_remedy(name, status)}"
         return "done"
 
     def foundation_missing(self) -> list[str]:

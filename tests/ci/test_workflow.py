@@ -110,3 +110,30 @@ def test_the_runtime_dockerfile_passes_hadolint() -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_job_that_assumes_a_role_keeps_its_session_for_its_whole_timeout(workflow) -> None:
+    """OIDC sessions default to 1 hour; a training job runs for up to 6, a deploy for 1.5, and
+    every AWS call after the hour would fail with ExpiredToken (deploy review r3, finding 4)."""
+    setup = yaml.safe_load((WORKFLOW.parents[1] / "actions/release-setup/action.yml").read_text())
+    creds = next(
+        s for s in setup["runs"]["steps"] if "configure-aws-credentials" in s.get("uses", "")
+    )
+    assert creds["with"]["role-duration-seconds"] == "${{ inputs.role-duration-seconds }}"
+    assumes = 0
+    for name, job in workflow["jobs"].items():
+        for step in job.get("steps", []):
+            if step.get("uses") == "./.github/actions/release-setup":
+                assumes += 1
+                duration = int(step["with"]["role-duration-seconds"])
+                assert duration >= 60 * job["timeout-minutes"], name
+                assert duration <= 43200, name  # IAM's largest MaxSessionDuration
+    assert assumes >= 2
+
+
+def test_the_image_build_job_frees_the_runners_disk_first(workflow) -> None:
+    steps = workflow["jobs"]["deploy-dev"]["steps"]
+    names = [s.get("name", s.get("uses", "")) for s in steps]
+    free = next(i for i, n in enumerate(names) if "disk" in n)
+    release = next(i for i, s in enumerate(steps) if "make release" in s.get("run", ""))
+    assert free < release

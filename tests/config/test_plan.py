@@ -146,5 +146,5 @@ def test_pinned_host_memory_is_planned_from_the_catalog(tmp_path: Path) -> None:
         for a in dep.adapters
     ]
     assert plan(dep).pinned_mib == pytest.approx(sum(sizes) / 2**20)
-    with pytest.raises(CapacityError, match=r"pin .* of host memory"):
-        plan(load_deployment("dev", environments_dir=_env(tmp_path, memory_mb=1024)))
+    small = plan(load_deployment("dev", environments_dir=_env(tmp_path, memory_mb=1024)))
+    assert any("of host memory" in w and "serving.memory_mb 1024" in w for w in small.warnings)

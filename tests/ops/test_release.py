@@ -753,3 +753,31 @@ def test_adding_an_adapter_to_a_released_environment_releases_it_to_the_end(setu
     packages = sm.list_model_packages(ModelPackageGroupName="lora-dev-contracts-summary")
     assert len(packages["ModelPackageSummaryList"]) == 1
     assert setup["release"]().run() == dict.fromkeys(STEPS, "done")
+
+
+@pytest.mark.parametrize(
+    ("status", "remedy"),
+    [
+        ("UPDATE_ROLLBACK_FAILED", "continue-update-rollback"),
+        ("ROLLBACK_COMPLETE", "delete-stack"),
+        ("DELETE_FAILED", "ENIs SageMaker"),
+        ("UPDATE_IN_PROGRESS", "wait for it to end"),
+        ("DELETE_IN_PROGRESS", "wait for it to end"),
+    ],
+)
+def test_a_stuck_stack_state_names_its_remedy(setup, status, remedy) -> None:
+    """Finding 17: each state no deploy can go on from says what clears it."""
+    from moto.cloudformation.models import cloudformation_backends
+
+    release = setup["release"](dry_run=True)
+    boto3.client("cloudformation", region_name=REGION).create_stack(
+        StackName="lora-dev-network",
+        TemplateBody=json.dumps(
+            {"Resources": {"H": {"Type": "AWS::CloudFormation::WaitConditionHandle"}}}
+        ),
+    )
+    backend = cloudformation_backends[ACCOUNT][REGION]
+    (stack,) = [s for s in backend.stacks.values() if s.name == "lora-dev-network"]
+    stack.status = status
+    state = release.stack_deployed("lora-dev-network")
+    assert state.startswith(f"in state {status}: ") and remedy in state, state
