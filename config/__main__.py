@@ -144,6 +144,25 @@ def _token_issues(dep: Deployment, catalog: Path) -> tuple[list[str], list[str]]
     return errors, []
 
 
+def _prefix_clashes(catalog: Path, environments: Path) -> list[str]:
+    """Environments whose prefix extends another's (``lora-dev`` and ``lora-dev-eu``): names of
+    one (``lora-dev-*``) would cover the other's, and a large catalog's router may invoke its
+    components by that pattern (``infra.router.invoke_policies``)."""
+    prefixes = {}
+    for name in environment_names(environments):
+        try:
+            prefixes[name] = load_deployment(name, catalog, environments).env.prefix
+        except CatalogError:
+            continue  # reported with the environment
+    return [
+        f"environment {b!r}: field 'prefix': {pb!r} extends environment {a!r}'s {pa!r}, so "
+        f"{pa}-* names cover {b!r}'s resources; choose a prefix that does not begin with {pa}-"
+        for a, pa in prefixes.items()
+        for b, pb in prefixes.items()
+        if a != b and pb.startswith(f"{pa}-")
+    ]
+
+
 def _capacity(dep: Deployment) -> tuple[list[str], list[str]]:
     """The planner's refusals and warnings for an environment (``make plan`` prints the whole
     plan): a rank that pads every other adapter's slot, more adapters than host slots."""
@@ -185,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
 
     envs = [args.env] if args.env else environment_names(args.environments)
     failed = False
+    for line in _prefix_clashes(args.catalog, args.environments):
+        failed = True
+        print(f"error: {line}", file=sys.stderr)
     for name in envs:
         try:
             dep = load_deployment(name, args.catalog, args.environments)

@@ -109,3 +109,59 @@ def test_every_interface_endpoint_has_a_caller_in_the_vpc(dev_templates) -> None
     }
     assert calls <= {"sagemaker-runtime", "secretsmanager"}, calls
     assert not re.search(r"assume_role\(", router)
+
+
+def test_a_thousand_adapters_fit_the_routers_managed_policies() -> None:
+    """IAM attaches 10 managed policies to a role by default; 1,000 adapters' component ARNs
+    took 25 (synth-scale benchmark): past 8 the environment's own components go by pattern,
+    with the base component denied."""
+    import dataclasses
+
+    from aws_cdk import App, Stack
+
+    from config import load_deployment
+    from infra.router import invoke_policies
+
+    dep = load_deployment("dev")
+    first = dep.adapters[0]
+    many = [
+        dataclasses.replace(first, entry=first.entry.model_copy(update={"name": f"a{i}"}))
+        for i in range(1000)
+    ]
+    stack = Stack(App(), "s")
+    policies = invoke_policies(stack, stack, dataclasses.replace(dep, adapters=many))
+    assert len(policies) == 1
+    doc = stack.resolve(policies[0].document.to_json())
+    allow, deny = doc["Statement"]
+    assert "lora-dev-*" in json.dumps(allow["Resource"]) and deny["Effect"] == "Deny"
+    assert "inference-component/lora-dev-base" in json.dumps(deny["Resource"])
+
+
+def test_check_refuses_a_prefix_that_extends_anothers(tmp_path) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    envs = tmp_path / "environments"
+    shutil.copytree(ROOT / "config" / "environments", envs)
+    text = (envs / "dev.yaml").read_text().replace("prefix: lora-dev", "prefix: lora-dev-eu")
+    (envs / "dev-eu.yaml").write_text(text)
+    proc = subprocess.run(
+        [sys.executable, "-m", "config", "check", "--environments", str(envs)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1 and "extends environment 'dev'" in proc.stderr, proc.stderr[-800:]
+
+
+def test_a_thousand_adapters_synthesize_within_cloudformations_limits(tmp_path) -> None:
+    """Item 1: one model package group per adapter in one stack took it past 500 resources
+    (TooManyResourcesInStack at 1,000 adapters). The whole app, cdk-nag on, as `make synth`."""
+    from benchmarks.synth_scale import measure
+    from infra.adapters import MAX_RESOURCES_PER_TEMPLATE, MAX_TEMPLATE_BYTES
+
+    row = measure(1000, tmp_path)
+    assert row["components"] == 1001
+    assert row["max_resources"] <= MAX_RESOURCES_PER_TEMPLATE, row
+    assert row["max_bytes"] <= MAX_TEMPLATE_BYTES, row
+    assert row["router_invoke_policies"] <= 8, row
