@@ -17,6 +17,7 @@ from config.loader import (
     environment_names,
     load_deployment,
 )
+from config.quotas import quota_table
 from contracts.principals import how_matched
 
 
@@ -225,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
         for line in errors:
             failed = True
             print(f"error: {line}", file=sys.stderr)
+    if not args.env and (rows := quota_table(args.environments)):
+        print("SageMaker quotas the environments need (make preflight reads the account's):")
+        print(_table(rows, ["account", "region", "quota", "instances"]))
+        print()
     if failed:
         print("catalog check failed", file=sys.stderr)
         return 1

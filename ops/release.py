@@ -185,6 +185,15 @@ class Tools:
 
         return main(["--env", env])
 
+    def preflight(self, session: Any, dep: Deployment, environments_dir: Path) -> list[str]:
+        """``make preflight``'s findings that stop a release (``ops.preflight``)."""
+        from ops.preflight import run
+
+        findings = run(session, dep, environments_dir)
+        for f in findings:
+            print("  " + f.line(), flush=True)
+        return [f.message for f in findings if not f.ok]
+
 
 @dataclass
 class Release:
@@ -752,7 +761,11 @@ class Release:
     # -- the command ----------------------------------------------------------------------------
 
     def run(self, only: tuple[str, ...] = STEPS) -> dict[str, str]:
-        """Each step: skipped when done, else run (or reported, in a dry run)."""
+        """``make preflight`` first (it changes nothing), then each step: skipped when done,
+        else run (or reported, in a dry run)."""
+        self.log("[0/7] preflight: account, bootstrap, quotas, operators")
+        if problems := self.tools.preflight(self.session, self.dep, self.environments_dir):
+            raise ReleaseError("preflight: " + "; ".join(problems))
         outcome: dict[str, str] = {}
         for n, step in enumerate(STEPS, 1):
             if step not in only:

@@ -169,6 +169,11 @@ class FakeTools(Tools):
         self.calls.append(("smoke", env))
         return 0
 
+    def preflight(self, session, dep, environments_dir) -> list[str]:
+        """moto has no SageMaker quotas: ops.preflight is tested against stubbed clients
+        (tests/ops/test_preflight.py); here it passes, unrecorded, as on a ready account."""
+        return []
+
 
 def fake_base(dest: Path) -> Path:
     """What the hub's snapshot of the base holds, in miniature."""

@@ -1,0 +1,158 @@
+"""``make preflight ENV=dev`` against clients stubbed with botocore's Stubber (every response in
+the shape of AWS's API model): it refuses with the quota's name, the value found and the value
+needed when the account's endpoint quota is 0, and passes when it suffices."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from config import ENVIRONMENTS_DIR, load_deployment
+from ops import preflight
+
+ACCOUNT = "123456789012"
+SSO_ROLE = f"arn:aws:iam::{ACCOUNT}:role/aws-reserved/sso.amazonaws.com/AWSReservedSSO_Admin_1a2b"
+SSO_SESSION = f"arn:aws:sts::{ACCOUNT}:assumed-role/AWSReservedSSO_Admin_1a2b/alice@example.com"
+
+
+class StubbedSession:
+    """A boto3 session whose clients answer from stubs, refusing any call not queued."""
+
+    def __init__(self) -> None:
+        self.clients: dict[str, tuple[object, Stubber]] = {}
+
+    def client(self, name: str, region_name: str | None = None):
+        if name not in self.clients:
+            client = boto3.client(
+                name,
+                region_name=region_name or "us-east-1",
+                aws_access_key_id="x",
+                aws_secret_access_key="x",
+            )
+            stub = Stubber(client)
+            stub.activate()
+            self.clients[name] = (client, stub)
+        return self.clients[name][0]
+
+    def stub(self, name: str) -> Stubber:
+        self.client(name)
+        return self.clients[name][1]
+
+
+@pytest.fixture
+def environments(tmp_path: Path) -> Path:
+    """dev with its account and the releasing SSO role as an operator."""
+    envs = tmp_path / "environments"
+    shutil.copytree(ENVIRONMENTS_DIR, envs)
+    text = (envs / "dev.yaml").read_text()
+    text = text.replace("region: us-east-1\n", f'region: us-east-1\naccount: "{ACCOUNT}"\n', 1)
+    text = text.replace("router:\n", f"router:\n  operators: [{SSO_ROLE}]\n", 1)
+    (envs / "dev.yaml").write_text(text)
+    return envs
+
+
+def _ready(session: StubbedSession, quota: float, arn: str = SSO_SESSION) -> None:
+    session.stub("sts").add_response(
+        "get_caller_identity", {"Account": ACCOUNT, "Arn": arn, "UserId": "AROA:alice"}
+    )
+    session.stub("ssm").add_response(
+        "get_parameter",
+        {"Parameter": {"Name": preflight.BOOTSTRAP_PARAMETER, "Value": "30", "Type": "String"}},
+        {"Name": preflight.BOOTSTRAP_PARAMETER},
+    )
+    session.stub("cloudformation").add_response(
+        "describe_stacks",
+        {
+            "Stacks": [
+                {
+                    "StackName": "CDKToolkit",
+                    "CreationTime": "2026-01-01T00:00:00Z",
+                    "StackStatus": "UPDATE_COMPLETE",
+                }
+            ]
+        },
+        {"StackName": "CDKToolkit"},
+    )
+    quotas = session.stub("service-quotas")
+    quotas.add_response(
+        "list_service_quotas",
+        {
+            "Quotas": [
+                {"QuotaName": "ml.g5.2xlarge for endpoint usage", "QuotaCode": "L-9614C779"},
+                {"QuotaName": "ml.g5.xlarge for endpoint usage", "QuotaCode": "L-1928E07B"},
+            ]
+        },
+        {"ServiceCode": "sagemaker"},
+    )
+    quotas.add_response(
+        "get_service_quota",
+        {
+            "Quota": {
+                "QuotaCode": "L-1928E07B",
+                "QuotaName": "ml.g5.xlarge for endpoint usage",
+                "Value": quota,
+            }
+        },
+        {"ServiceCode": "sagemaker", "QuotaCode": "L-1928E07B"},
+    )
+
+
+def test_a_quota_of_zero_is_refused_by_name_with_found_and_needed(environments) -> None:
+    session = StubbedSession()
+    _ready(session, 0.0)
+    dep = load_deployment("dev", environments_dir=environments)
+    findings = preflight.run(session, dep, environments)
+    (quota,) = [f for f in findings if f.check == "quota"]
+    assert not quota.ok
+    assert "'ml.g5.xlarge for endpoint usage' (L-1928E07B) is 0, 3 needed" in quota.message
+    assert all(f.ok for f in findings if f.check != "quota"), [f.line() for f in findings]
+
+
+def test_a_sufficient_quota_passes(environments) -> None:
+    session = StubbedSession()
+    _ready(session, 3.0)
+    dep = load_deployment("dev", environments_dir=environments)
+    findings = preflight.run(session, dep, environments)
+    assert all(f.ok for f in findings), [f.line() for f in findings]
+    for _, stub in session.clients.values():
+        stub.assert_no_pending_responses()
+
+
+def test_another_account_an_unset_account_and_a_non_operator_are_refused(environments) -> None:
+    dep = load_deployment("dev", environments_dir=environments)
+    other = {"Account": "999999999999", "Arn": SSO_SESSION.replace(ACCOUNT, "999999999999")}
+    (found,) = preflight.check_identity(dep, other)
+    assert not found.ok and "999999999999" in found.message
+    (unset,) = preflight.check_identity(load_deployment("dev"), {"Account": ACCOUNT, "Arn": "x"})
+    assert not unset.ok and f"account: {ACCOUNT}" in unset.message
+    ci = f"arn:aws:sts::{ACCOUNT}:assumed-role/github-deploy/run-7"
+    refused = preflight.check_operator(dep, {"Account": ACCOUNT, "Arn": ci})
+    assert not refused.ok and f"add arn:aws:iam::{ACCOUNT}:role/github-deploy" in refused.message
+    # The SSO session matches its pathed role by name (the router does the same).
+    assert preflight.check_operator(dep, {"Account": ACCOUNT, "Arn": SSO_SESSION}).ok
+
+
+def test_an_account_that_is_not_bootstrapped_is_refused(environments) -> None:
+    session = StubbedSession()
+    session.stub("ssm").add_client_error("get_parameter", "ParameterNotFound")
+    dep = load_deployment("dev", environments_dir=environments)
+    finding = preflight.check_bootstrap(
+        dep, session.client("ssm"), session.client("cloudformation")
+    )
+    assert not finding.ok and f"npx cdk bootstrap aws://{ACCOUNT}/us-east-1" in finding.message
+
+
+def test_make_check_prints_the_quotas_the_environments_need() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "config", "check"], capture_output=True, text=True, check=True
+    ).stdout
+    # staging (3) and prod (6) name no account, so they are counted as sharing one.
+    assert "ml.g5.2xlarge for endpoint usage  9" in out, out[-1500:]
+    assert "ml.g5.xlarge for endpoint usage   3" in out
