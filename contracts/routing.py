@@ -12,6 +12,13 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+#: The environment variables a routing table is read from, besides the file bundled beside the
+#: router's code (``TABLE_FILENAME``): the table itself, or another file. The router reads them
+#: and the local gateway sets them, by these names only.
+TABLE_JSON_ENV = "ROUTING_TABLE_JSON"
+TABLE_FILE_ENV = "ROUTING_TABLE_FILE"
+TABLE_FILENAME = "routing_table.json"
+
 
 class _Part(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from contracts.routing import RoutingTable
+from contracts.routing import TABLE_FILENAME, RoutingTable
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "lambda_proxy"
@@ -32,7 +32,7 @@ BUILD = Path(os.environ.get("LORA_FLEET_BUILD_DIR", ROOT / "build"))
 #: The Lambda platform the wheels are chosen for; infra/router.py uses the same pair.
 PYTHON_VERSION = "3.14"
 PLATFORM = "manylinux2014_aarch64"
-ROUTING_TABLE_FILE = "routing_table.json"
+ROUTING_TABLE_FILE = TABLE_FILENAME
 #: The function's handler: the script the Lambda Web Adapter runs (at the bundle's root).
 ENTRY_SCRIPT = SOURCE / "run.sh"
 

@@ -8,6 +8,7 @@ promotion) through a metric filter on the endpoint's log group.
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 from aws_cdk import Duration
@@ -28,7 +29,47 @@ ROUTER_SERVICE = "lora-router"
 PERIOD = Duration.minutes(5)
 
 
+def _gateway(api: dict[str, str], name: str, stat: str) -> cw.Metric:
+    return cw.Metric(
+        namespace="AWS/ApiGateway",
+        metric_name=name,
+        dimensions_map=api,
+        statistic=stat,
+        period=PERIOD,
+    )
+
+
+def _per_adapter(prefix: str, metric: str, stat: str, label: str) -> cw.MathExpression:
+    """A SageMaker metric for every component of the environment (one line per adapter)."""
+    return cw.MathExpression(
+        expression=(
+            "SEARCH('{AWS/SageMaker,InferenceComponentName} MetricName=\""
+            + metric
+            + '" InferenceComponentName="'
+            + prefix
+            + "-\"', '"
+            + stat
+            + "', 300)"
+        ),
+        label=label,
+        period=PERIOD,
+    )
+
+
+def _router(name: str) -> cw.Metric:
+    """A count the router emits (Powertools EMF)."""
+    return cw.Metric(
+        namespace=NAMESPACE,
+        metric_name=name,
+        statistic="Sum",
+        dimensions_map={"service": ROUTER_SERVICE},
+        period=PERIOD,
+    )
+
+
 class Observability(Construct):
+    """The alarm topic, the runtime's trace lines as metrics, the dashboard and the alarms."""
+
     def __init__(
         self,
         scope: Construct,
@@ -40,18 +81,22 @@ class Observability(Construct):
         function_name: str,
     ) -> None:
         super().__init__(scope, id)
-        env, o = dep.env, dep.env.observability
-        removal = removal_policy(env)
-        api = {"ApiName": api_name, "Stage": stage}
-        prefix = env.prefix
+        self.dep = dep
+        self.api = {"ApiName": api_name, "Stage": stage}
+        self._topic()
+        self._trace_metrics()
+        self._dashboard()
+        self._alarms(function_name)
 
+    def _topic(self) -> None:
+        prefix = self.dep.env.prefix
         # The topic's own key: CloudWatch must be allowed to use it, and that grant belongs here.
         self.key = kms.Key(
             self,
             "AlarmKey",
             description=f"{prefix}: alarm topic",
             enable_key_rotation=True,
-            removal_policy=removal,
+            removal_policy=removal_policy(self.dep.env),
         )
         self.key.grant(
             iam.ServicePrincipal("cloudwatch.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*"
@@ -60,9 +105,11 @@ class Observability(Construct):
             self, "Alarms", display_name=f"{prefix} alarms", master_key=self.key, enforce_ssl=True
         )
 
-        # The runtime's trace lines (one JSON line per adapter load and eviction) as metrics, from
-        # the base component's container (adapter components run inside it); infra/serving.py
-        # says why there are two groups.
+    def _trace_metrics(self) -> None:
+        """The runtime's trace lines (one JSON line per adapter load and eviction) as metrics,
+        from the base component's container (adapter components run inside it);
+        infra/serving.py says why there are two groups."""
+        dep = self.dep
         groups = [
             logs.LogGroup.from_log_group_name(self, f"ContainerLogs{i}", name)
             for i, name in enumerate(base_log_groups(dep))
@@ -86,42 +133,11 @@ class Observability(Construct):
                 unit=unit,
             )
 
-        def gw(name: str, stat: str) -> cw.Metric:
-            return cw.Metric(
-                namespace="AWS/ApiGateway",
-                metric_name=name,
-                dimensions_map=api,
-                statistic=stat,
-                period=PERIOD,
-            )
-
-        def per_adapter(metric: str, stat: str, label: str) -> cw.MathExpression:
-            return cw.MathExpression(
-                expression=(
-                    "SEARCH('{AWS/SageMaker,InferenceComponentName} MetricName=\""
-                    + metric
-                    + '" InferenceComponentName="'
-                    + prefix
-                    + "-\"', '"
-                    + stat
-                    + "', 300)"
-                ),
-                label=label,
-                period=PERIOD,
-            )
-
-        def router(name: str) -> cw.Metric:
-            return cw.Metric(
-                namespace=NAMESPACE,
-                metric_name=name,
-                statistic="Sum",
-                dimensions_map={"service": ROUTER_SERVICE},
-                period=PERIOD,
-            )
-
+    def _dashboard(self) -> None:
+        dep, prefix, api = self.dep, self.dep.env.prefix, self.api
         hit_rate = cw.MathExpression(
             expression="100 * hit / (hit + miss)",
-            using_metrics={"hit": router("CacheHit"), "miss": router("CacheMiss")},
+            using_metrics={"hit": _router("CacheHit"), "miss": _router("CacheMiss")},
             label="cache hit rate (%)",
             period=PERIOD,
         )
@@ -143,6 +159,8 @@ class Observability(Construct):
             statistic="Maximum",
             period=PERIOD,
         )
+        gw = functools.partial(_gateway, api)
+        per_adapter = functools.partial(_per_adapter, prefix)
         self.dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=f"{prefix}-lora-fleet")
         self.dashboard.add_widgets(
             cw.GraphWidget(
@@ -182,91 +200,98 @@ class Observability(Construct):
             cw.GraphWidget(title="Base component GPU memory (%)", width=8, left=[gpu_memory]),
         )
 
+    def _alarm(self, metric: cw.IMetric, cid: str, name: str, **options: object) -> cw.Alarm:
+        """An alarm that pages through the topic when it fires and when it clears."""
+        alarm = metric.create_alarm(
+            self,
+            cid,
+            alarm_name=f"{self.dep.env.prefix}-{name}",
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            **options,
+        )
         action = cw_actions.SnsAction(self.topic)
-        alarms = {
-            "Router5xx": gw("5XXError", "Sum").create_alarm(
-                self,
+        alarm.add_alarm_action(action)
+        alarm.add_ok_action(action)
+        return alarm
+
+    def _alarms(self, function_name: str) -> None:
+        dep, o = self.dep, self.dep.env.observability
+        at_least = cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+        five_xx = {"threshold": o.error_alarm_5xx_per_5min, "evaluation_periods": 1}
+        self.alarms = {
+            "Router5xx": self._alarm(
+                _gateway(self.api, "5XXError", "Sum"),
                 "Router5xxAlarm",
-                alarm_name=f"{prefix}-router-5xx",
-                threshold=o.error_alarm_5xx_per_5min,
-                evaluation_periods=1,
-                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                "router-5xx",
+                **five_xx,
+                comparison_operator=at_least,
                 alarm_description="Router answered 5xx (SageMaker errors, timeouts, crashes).",
             ),
             # A stream that fails after its 200 status is not in API Gateway's 5XXError;
             # the router counts those itself (lambda_proxy.streaming).
-            "RouterStream5xx": router("StreamServerError").create_alarm(
-                self,
+            "RouterStream5xx": self._alarm(
+                _router("StreamServerError"),
                 "RouterStream5xxAlarm",
-                alarm_name=f"{prefix}-router-stream-5xx",
-                threshold=o.error_alarm_5xx_per_5min,
-                evaluation_periods=1,
-                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                "router-stream-5xx",
+                **five_xx,
+                comparison_operator=at_least,
                 alarm_description="Streams that failed after they began (SageMaker errors, "
                 "timeouts) with a 5xx status.",
             ),
             # The router switched a canary off (lambda_proxy.canary): its error rate passed the
             # entry's threshold. The router's log holds the adapter, version and reason.
-            "CanaryRollback": router("CanaryRollback").create_alarm(
-                self,
+            "CanaryRollback": self._alarm(
+                _router("CanaryRollback"),
                 "CanaryRollbackAlarm",
-                alarm_name=f"{prefix}-canary-rollback",
+                "canary-rollback",
                 threshold=1,
                 evaluation_periods=1,
-                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                comparison_operator=at_least,
                 alarm_description="The router rolled a canary back to its stable version (its "
                 "5xx rate passed the entry's max_error_rate); the router log's 'canary rolled "
                 "back' line names it. Remove or replace the canary: make rollback ADAPTER=NAME.",
             ),
-            "RouterLatency": gw("Latency", "p99").create_alarm(
-                self,
+            "RouterLatency": self._alarm(
+                _gateway(self.api, "Latency", "p99"),
                 "RouterLatencyAlarm",
-                alarm_name=f"{prefix}-router-latency-p99",
+                "router-latency-p99",
                 threshold=o.latency_alarm_p99_ms,
                 evaluation_periods=3,
                 datapoints_to_alarm=2,
                 comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
                 alarm_description="Router p99 latency over the environment's threshold.",
             ),
-            "Endpoint5xx": cw.Metric(
-                namespace="AWS/SageMaker",
-                metric_name="Invocation5XXErrors",
-                statistic="Sum",
-                dimensions_map={"EndpointName": dep.endpoint_name, "VariantName": "AllTraffic"},
-                period=PERIOD,
-            ).create_alarm(
-                self,
+            "Endpoint5xx": self._alarm(
+                cw.Metric(
+                    namespace="AWS/SageMaker",
+                    metric_name="Invocation5XXErrors",
+                    statistic="Sum",
+                    dimensions_map={
+                        "EndpointName": dep.endpoint_name,
+                        "VariantName": "AllTraffic",
+                    },
+                    period=PERIOD,
+                ),
                 "Endpoint5xxAlarm",
-                alarm_name=f"{prefix}-endpoint-5xx",
-                threshold=o.error_alarm_5xx_per_5min,
-                evaluation_periods=1,
-                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                "endpoint-5xx",
+                **five_xx,
+                comparison_operator=at_least,
                 alarm_description="The endpoint's container answered 5xx.",
             ),
-            "RouterErrors": cw.Metric(
-                namespace="AWS/Lambda",
-                metric_name="Errors",
-                statistic="Sum",
-                dimensions_map={"FunctionName": function_name},
-                period=PERIOD,
-            ).create_alarm(
-                self,
+            "RouterErrors": self._alarm(
+                cw.Metric(
+                    namespace="AWS/Lambda",
+                    metric_name="Errors",
+                    statistic="Sum",
+                    dimensions_map={"FunctionName": function_name},
+                    period=PERIOD,
+                ),
                 "RouterErrorsAlarm",
-                alarm_name=f"{prefix}-router-errors",
+                "router-errors",
                 threshold=1,
                 evaluation_periods=1,
-                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                comparison_operator=at_least,
                 alarm_description="The router function raised (its handler catches every "
                 "request error, so any is a bug).",
             ),
         }
-        for alarm in alarms.values():
-            alarm.add_alarm_action(action)
-            alarm.add_ok_action(action)
-        self.alarms = alarms

@@ -12,17 +12,15 @@ import os
 from functools import cache
 from pathlib import Path
 
-from contracts.routing import RoutingTable
+from contracts.routing import TABLE_FILE_ENV, TABLE_FILENAME, TABLE_JSON_ENV, RoutingTable
 from contracts.settings import RouterSettings
 
 
 def _table() -> RoutingTable:
-    raw = os.environ.get("ROUTING_TABLE_JSON")
+    raw = os.environ.get(TABLE_JSON_ENV)
     if raw:
         return RoutingTable.loads(raw)
-    path = Path(
-        os.environ.get("ROUTING_TABLE_FILE", Path(__file__).with_name("routing_table.json"))
-    )
+    path = Path(os.environ.get(TABLE_FILE_ENV, Path(__file__).with_name(TABLE_FILENAME)))
     return RoutingTable.loads(path.read_bytes())
 
 

@@ -179,6 +179,7 @@ class LocalGateway:
 
     def reload(self) -> dict[str, Any]:
         """Read the routing table again (after the catalog changed) and rebuild the router."""
+        from contracts.routing import TABLE_FILE_ENV
         from lambda_proxy.cache import ResponseCache
         from lambda_proxy.sagemaker import make_client
         from lambda_proxy.service import Dependencies, configure
@@ -186,7 +187,7 @@ class LocalGateway:
 
         # The function's own configuration path: the same variables infra sets on the Lambda
         # (limits come from the environment file through the platform's process environment).
-        os.environ["ROUTING_TABLE_FILE"] = str(self.routing_table)
+        os.environ[TABLE_FILE_ENV] = str(self.routing_table)
         os.environ["SAGEMAKER_ENDPOINT_URL"] = self.endpoint_url
         os.environ["AWS_REGION"] = self.region
         from lambda_proxy.web import HANDLER_LOCK

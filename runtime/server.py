@@ -90,13 +90,20 @@ class Invocation(BaseModel):
         return self
 
 
+def _unavailable(engine: Engine) -> JSONResponse | None:
+    """Why the server cannot serve yet or any more (a 503), or None."""
+    if not engine.ready.is_set():
+        return _error(503, "base model loading")
+    if not engine.alive:
+        return _error(503, "the engine has stopped; replace this copy")
+    return None
+
+
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": message, "status": status, **extra}, status_code=status)
 
 
 def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
-    s = engine.settings
-    tel = engine.telemetry
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -112,6 +119,16 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
 
     app = FastAPI(title="lora-fleet runtime", docs_url=None, redoc_url=None, lifespan=lifespan)
 
+    _health_routes(app, engine)
+    _invocation_routes(app, engine)
+    _adapter_routes(app, engine)
+    _status_routes(app, engine)
+    return app
+
+
+def _health_routes(app: FastAPI, engine: Engine) -> None:
+    """/ping, and a WARNING for any route or method the contract does not have."""
+
     @app.exception_handler(StarletteHTTPException)
     async def unmatched(request: Request, exc: StarletteHTTPException) -> Response:
         """A route or method the contract does not have: logged, so a SageMaker call this
@@ -125,18 +142,20 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
 
     @app.get("/ping")
     async def ping() -> Response:
-        if not engine.ready.is_set():
-            return _error(503, "base model loading")
-        if not engine.alive:
-            return _error(503, "the engine has stopped; replace this copy")
+        if (unavailable := _unavailable(engine)) is not None:
+            return unavailable
         return JSONResponse({"status": "healthy", "base": engine.base_info["model_id"]})
+
+
+def _invocation_routes(app: FastAPI, engine: Engine) -> None:
+    """POST /invocations: a generation, buffered or streamed."""
+    s = engine.settings
+    tel = engine.telemetry
 
     @app.post("/invocations")
     async def invocations(request: Request) -> Response:
-        if not engine.ready.is_set():
-            return _error(503, "base model loading")
-        if not engine.alive:
-            return _error(503, "the engine has stopped; replace this copy")
+        if (unavailable := _unavailable(engine)) is not None:
+            return unavailable
         adapter = request.headers.get(ADAPTER_HEADER) or None
         raw = await _read_limited(request, s.max_body_bytes)
         if raw is None:
@@ -248,6 +267,12 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
         _account(engine, req, label)
         return JSONResponse(req.result())
 
+
+def _adapter_routes(app: FastAPI, engine: Engine) -> None:
+    """POST /adapters, DELETE /adapters/{name}: SageMaker's adapter contract."""
+    s = engine.settings
+    tel = engine.telemetry
+
     @app.post("/adapters")
     async def register(request: Request) -> Response:
         if not engine.ready.is_set():
@@ -349,6 +374,12 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
                 return _error(404, ResponseMessage.ADAPTER_NOT_FOUND.format(alias=alias))
         return JSONResponse({"message": ResponseMessage.ADAPTER_UNREGISTERED.format(alias=alias)})
 
+
+def _status_routes(app: FastAPI, engine: Engine) -> None:
+    """What the server holds: GET /adapters (tiers, pins, memory), GET /metrics (the
+    runtime's and vLLM's) and GET /trace (the live trace)."""
+    tel = engine.telemetry
+
     @app.get("/adapters")
     async def list_adapters() -> Response:
         if not engine.ready.is_set():
@@ -359,8 +390,8 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
             {
                 "adapters": engine.registry.list(),
                 "tiers": engine.registry.tier_counts(),
-                "max_loras": s.max_loras,
-                "max_cpu_loras": s.max_cpu_loras,
+                "max_loras": engine.settings.max_loras,
+                "max_cpu_loras": engine.settings.max_cpu_loras,
                 "base": engine.base_info,
                 "memory": engine.memory(),
             }
@@ -378,8 +409,6 @@ def create_app(engine: Engine, *, start_engine: bool = True) -> FastAPI:
     @app.get("/trace")
     async def trace(since: int = 0, limit: int = 200) -> Response:
         return JSONResponse({"events": tel.trace(since, max(1, min(limit, 1000)))})
-
-    return app
 
 
 #: SageMaker's rule for inference-component names (CreateInferenceComponent), which is what it
