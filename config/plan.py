@@ -236,36 +236,7 @@ def plan(dep: Deployment) -> CapacityPlan:
         reverse=True,
     )
     pinned_bytes = sum(sizes[: s.max_cpu_loras])
-    warnings = []
-    if cost > 0:
-        who = ", ".join(repr(n) for n in forcing) or "no adapter"
-        warnings.append(
-            f"{who} set{'s' if len(forcing) == 1 else ''} the device slots' rank {rank}: every "
-            f"other adapter is padded from rank {unpadded} or less in every batch, "
-            f"{cost:.0%} more bytes per decode step at {ADAPTERS_PER_STEP} adapters per batch "
-            "(estimate); consider a lower rank, serving: merged, or a base max_lora_rank of "
-            f"{unpadded}"
-            if forcing
-            else f"no adapter needs rank {rank}: base {dep.base_key!r} max_lora_rank pads every "
-            f"slot, {cost:.0%} more bytes per decode step (estimate); lower it to {unpadded}"
-        )
-    if len(dep.adapters) > s.max_cpu_loras:
-        warnings.append(
-            f"the catalog holds {len(dep.adapters)} adapters for {s.max_cpu_loras} host slots "
-            "(serving.max_cpu_loras): an adapter evicted from host memory is read from disk "
-            "again inside an engine step, stalling every running sequence"
-        )
-    host_share = pinned_bytes / (s.memory_mb * 2**20)
-    if gpu and host_share > 0.5:
-        # A warning, not a refusal: the memory is pinned only once that many distinct adapters
-        # have been loaded, and the figure follows the catalog, which must never restart the
-        # base by changing its container's settings.
-        warnings.append(
-            f"vLLM would pin {pinned_bytes / GIB:.2f} GiB of host memory for the "
-            f"{min(len(sizes), s.max_cpu_loras)} largest adapters in its host slots, over half "
-            f"of serving.memory_mb {s.memory_mb} (the API and engine processes need the rest); "
-            "lower serving.max_cpu_loras or raise serving.memory_mb"
-        )
+    warnings = _warnings(dep, rank, unpadded, cost, forcing, pinned_bytes)
     return CapacityPlan(
         s.instance_type,
         device,
@@ -291,3 +262,47 @@ def plan(dep: Deployment) -> CapacityPlan:
         adapters=len(dep.adapters),
         warnings=tuple(warnings),
     )
+
+
+def _warnings(
+    dep: Deployment,
+    rank: int,
+    unpadded: int,
+    cost: float,
+    forcing: list[str],
+    pinned_bytes: float,
+) -> list[str]:
+    """What the plan allows but costs: a rank that pads every slot, more adapters than host
+    slots, more pinned host memory than the component can spare."""
+    s = dep.env.serving
+    warnings = []
+    if cost > 0:
+        who = ", ".join(repr(n) for n in forcing) or "no adapter"
+        warnings.append(
+            f"{who} set{'s' if len(forcing) == 1 else ''} the device slots' rank {rank}: every "
+            f"other adapter is padded from rank {unpadded} or less in every batch, "
+            f"{cost:.0%} more bytes per decode step at {ADAPTERS_PER_STEP} adapters per batch "
+            "(estimate); consider a lower rank, serving: merged, or a base max_lora_rank of "
+            f"{unpadded}"
+            if forcing
+            else f"no adapter needs rank {rank}: base {dep.base_key!r} max_lora_rank pads every "
+            f"slot, {cost:.0%} more bytes per decode step (estimate); lower it to {unpadded}"
+        )
+    if len(dep.adapters) > s.max_cpu_loras:
+        warnings.append(
+            f"the catalog holds {len(dep.adapters)} adapters for {s.max_cpu_loras} host slots "
+            "(serving.max_cpu_loras): an adapter evicted from host memory is read from disk "
+            "again inside an engine step, stalling every running sequence"
+        )
+    host_share = pinned_bytes / (s.memory_mb * 2**20)
+    if s.accelerators > 0 and host_share > 0.5:
+        # A warning, not a refusal: the memory is pinned only once that many distinct adapters
+        # have been loaded, and the figure follows the catalog, which must never restart the
+        # base by changing its container's settings.
+        warnings.append(
+            f"vLLM would pin {pinned_bytes / GIB:.2f} GiB of host memory for the "
+            f"{min(len(dep.adapters), s.max_cpu_loras)} largest adapters in its host slots, "
+            f"over half of serving.memory_mb {s.memory_mb} (the API and engine processes need "
+            "the rest); lower serving.max_cpu_loras or raise serving.memory_mb"
+        )
+    return warnings

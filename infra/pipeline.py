@@ -15,6 +15,8 @@ so a new wildcard anywhere else still fails synth.
 
 from __future__ import annotations
 
+import functools
+
 from aws_cdk import ArnFormat, Environment, RemovalPolicy, Stack, Stage, pipelines
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_iam as iam
@@ -328,27 +330,7 @@ class PipelineStack(Stack):
             if c.node.path.endswith(("/Synth/CdkBuildProject/Resource", "/SelfMutation/Resource"))
         ]
 
-        def verbs(actions: tuple[str, ...]) -> dict[str, str]:
-            return {
-                f"AwsSolutions-IAM5[Action::{a}]": (
-                    "Object- and key-level verbs CDK Pipelines grants on the pipeline's own "
-                    "artifact bucket and key only (grantRead / grantReadWrite)."
-                )
-                for a in actions
-            }
-
-        def project_logs(ids: list[str]) -> dict[str, str]:
-            out = {}
-            for p in ids:
-                log_group = arn % ("logs", f"log-group:/aws/codebuild/<{p}>:*")
-                reports = arn % ("codebuild", f"report-group/<{p}>-*")
-                out[f"AwsSolutions-IAM5[Resource::{log_group}]"] = (
-                    "Log streams of this CodeBuild project's own log group, one per build."
-                )
-                out[f"AwsSolutions-IAM5[Resource::{reports}]"] = (
-                    "Test report groups CodeBuild creates for this project, named after it."
-                )
-            return out
+        project_logs = functools.partial(_project_logs, arn)
 
         objects = {
             f"AwsSolutions-IAM5[Resource::{bucket}/*]": (
@@ -428,16 +410,7 @@ class PipelineStack(Stack):
                 "form (Service Authorization Reference); everything else names its resource."
             ),
         }
-        reasons = {
-            "cloudformation": "The environment's own stacks by name prefix (and the shared "
-            "account stack): CloudFormation appends a generated id to stack ARNs; read only.",
-            "s3": "Only the staging prefixes (base/, adapters/, merged/, release/) of the "
-            "environment's artifact bucket, whose object keys carry revisions and versions.",
-            "kms": "Any key id, but only the key whose alias is the environment's data key "
-            "(kms:ResourceAliases condition); the key's id exists only after its stack deploys.",
-            "sagemaker": "The environment's model package groups (named PREFIX-ADAPTER, one per "
-            "adapter) and their versions, whose ARNs end in a version number SageMaker assigns.",
-        }
+        reasons = _RELEASE_RESOURCE_REASONS
         for arns in self._release_arns:
             for arn in arns:
                 nag_arn = _nag_arn(stack, arn)
@@ -450,6 +423,45 @@ class PipelineStack(Stack):
         ):
             for finding, reason in findings.items():
                 acknowledge(scope, finding, reason)
+
+
+#: Why each service's resources in the release role's policy carry a wildcard.
+_RELEASE_RESOURCE_REASONS = {
+    "cloudformation": "The environment's own stacks by name prefix (and the shared "
+    "account stack): CloudFormation appends a generated id to stack ARNs; read only.",
+    "s3": "Only the staging prefixes (base/, adapters/, merged/, release/) of the "
+    "environment's artifact bucket, whose object keys carry revisions and versions.",
+    "kms": "Any key id, but only the key whose alias is the environment's data key "
+    "(kms:ResourceAliases condition); the key's id exists only after its stack deploys.",
+    "sagemaker": "The environment's model package groups (named PREFIX-ADAPTER, one per "
+    "adapter) and their versions, whose ARNs end in a version number SageMaker assigns.",
+}
+
+
+def verbs(actions: tuple[str, ...]) -> dict[str, str]:
+    """cdk-nag's findings for the verbs CDK Pipelines grants on its own bucket and key."""
+    return {
+        f"AwsSolutions-IAM5[Action::{a}]": (
+            "Object- and key-level verbs CDK Pipelines grants on the pipeline's own "
+            "artifact bucket and key only (grantRead / grantReadWrite)."
+        )
+        for a in actions
+    }
+
+
+def _project_logs(arn: str, ids: list[str]) -> dict[str, str]:
+    """cdk-nag's findings for each CodeBuild project's own log group and report groups."""
+    out = {}
+    for p in ids:
+        log_group = arn % ("logs", f"log-group:/aws/codebuild/<{p}>:*")
+        reports = arn % ("codebuild", f"report-group/<{p}>-*")
+        out[f"AwsSolutions-IAM5[Resource::{log_group}]"] = (
+            "Log streams of this CodeBuild project's own log group, one per build."
+        )
+        out[f"AwsSolutions-IAM5[Resource::{reports}]"] = (
+            "Test report groups CodeBuild creates for this project, named after it."
+        )
+    return out
 
 
 def _nag_arn(stack: Stack, arn: str) -> str:

@@ -261,31 +261,7 @@ class Router(Construct):
             "text; API Gateway's stage cache keys on the request alone, so the router's own "
             "tenant-aware Redis cache caches instead.",
         )
-        for finding in ("AwsSolutions-COG4",):
-            acknowledge(
-                self.api,
-                finding,
-                "Callers are AWS principals (services and roles of the platform's users) that "
-                "sign with SigV4; every method uses AWS_IAM authorization, not Cognito.",
-            )
-        for finding in (
-            "HIPAA.Security-APIGWCacheEnabledAndEncrypted",
-            "NIST.800.53.R5-APIGWCacheEnabledAndEncrypted",
-        ):
-            acknowledge(
-                self.api,
-                finding,
-                "Responses are cached per adapter version in the encrypted ElastiCache group, "
-                "keyed on the normalized request; the stage cache cannot key on adapter "
-                "version or skip sampled requests.",
-            )
-        for finding in ("HIPAA.Security-APIGWSSLEnabled", "NIST.800.53.R5-APIGWSSLEnabled"):
-            acknowledge(
-                self.api,
-                finding,
-                "A client certificate authenticates API Gateway to an HTTP backend; this API's "
-                "only backend is a Lambda proxy integration, called over AWS's signed API.",
-            )
+        self._acknowledge_api()
 
         validator = self.api.add_request_validator(
             "Body", validate_request_body=True, validate_request_parameters=True
@@ -320,6 +296,34 @@ class Router(Construct):
             request_parameters={"method.request.path.adapter": True},
         )
         self.url = self.api.url_for_path("/")
+
+    def _acknowledge_api(self) -> None:
+        """The API's cdk-nag findings that do not apply, each with why."""
+        for finding in ("AwsSolutions-COG4",):
+            acknowledge(
+                self.api,
+                finding,
+                "Callers are AWS principals (services and roles of the platform's users) that "
+                "sign with SigV4; every method uses AWS_IAM authorization, not Cognito.",
+            )
+        for finding in (
+            "HIPAA.Security-APIGWCacheEnabledAndEncrypted",
+            "NIST.800.53.R5-APIGWCacheEnabledAndEncrypted",
+        ):
+            acknowledge(
+                self.api,
+                finding,
+                "Responses are cached per adapter version in the encrypted ElastiCache group, "
+                "keyed on the normalized request; the stage cache cannot key on adapter "
+                "version or skip sampled requests.",
+            )
+        for finding in ("HIPAA.Security-APIGWSSLEnabled", "NIST.800.53.R5-APIGWSSLEnabled"):
+            acknowledge(
+                self.api,
+                finding,
+                "A client certificate authenticates API Gateway to an HTTP backend; this API's "
+                "only backend is a Lambda proxy integration, called over AWS's signed API.",
+            )
 
     def _waf(self) -> None:
         """AWS WAF on the stage (``web_acl``: a per-IP rate limit and AWS's known-bad-inputs

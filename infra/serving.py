@@ -617,6 +617,14 @@ def execution_policy(
             ),
         ],
     )
+    _acknowledge_execution_policy(policy, stack, log_groups, bucket)
+    return policy
+
+
+def _acknowledge_execution_policy(
+    policy: iam.ManagedPolicy, stack: Stack, log_groups: list[str], bucket: s3.IBucket
+) -> None:
+    """The execution policy's wildcards, each with why it has no narrower form."""
     bucket_arn = f"arn:<AWS::Partition>:s3:::{_nag_name(bucket.bucket_name)}"
     reasons = {
         "AwsSolutions-IAM5[Resource::*]": "ecr:GetAuthorizationToken, cloudwatch:PutMetricData "
@@ -637,7 +645,6 @@ def execution_policy(
     }
     for finding, reason in reasons.items():
         acknowledge(policy, finding, reason)
-    return policy
 
 
 def _nag_name(value: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -28,6 +28,13 @@ class Storage(Construct):
         # images included: a versioned bucket that still holds objects fails the deletion
         # (DELETE_FAILED) however its removal policy reads.
         disposable = not dep.env.deletion_protection
+        self._data_key(dep, removal)
+        self._buckets(removal, disposable)
+        share_removal(self, removal)
+        self._repository(dep, removal, disposable)
+
+    def _data_key(self, dep: Deployment, removal: RemovalPolicy) -> None:
+        """The environment's key, which CloudWatch Logs may use for this account's groups."""
         self.key = kms.Key(
             self,
             "DataKey",
@@ -63,6 +70,9 @@ class Storage(Construct):
                 },
             )
         )
+
+    def _buckets(self, removal: RemovalPolicy, disposable: bool) -> None:
+        """The artifact bucket (KMS) and the bucket its access logs go to (SSE-S3)."""
         self.access_logs = s3.Bucket(
             self,
             "AccessLogs",
@@ -135,7 +145,8 @@ class Storage(Construct):
                     "Single-region platform: artifacts are reproducible from the catalog and "
                     "training code, and versioning keeps every published adapter.",
                 )
-        share_removal(self, removal)
+
+    def _repository(self, dep: Deployment, removal: RemovalPolicy, disposable: bool) -> None:
         # The catalog's image repository, in this environment's namespace (``PREFIX/NAME``);
         # none when the image lives elsewhere (an external ECR address).
         image = dep.base.image

@@ -286,6 +286,41 @@ def check(
     return manifest.model_copy(update={"eval": verdict})
 
 
+def _default_bucket(dep: Any) -> str:
+    """The environment's artifact bucket as its stateful stack names it."""
+    import boto3
+
+    account = boto3.client("sts").get_caller_identity()["Account"]
+    return f"{dep.env.prefix}-artifacts-{account}-{dep.env.region}"
+
+
+def _upload_once(
+    s3: Any, archive: Path, bucket: str, key: str, digest: str, kms_key: str | None, what: str
+) -> None:
+    """Upload the archive (SSE-KMS, its sha256 as metadata) unless that key already holds it;
+    another archive under the key is refused."""
+    published = _published_sha256(s3, bucket, key)
+    if published is not None and published != digest:
+        # Live components point at this key: scale-out copies would load the new weights
+        # while older copies keep the old ones, under one name and version.
+        raise PublishError(
+            f"s3://{bucket}/{key} already holds {what} with sha256 "
+            f"{published[:12]}..., not this archive's {digest[:12]}...; a published version is "
+            "never overwritten: bump the entry's version for new weights"
+        )
+    if published is None:
+        kms = {"SSEKMSKeyId": kms_key} if kms_key else {}
+        with archive.open("rb") as body:
+            s3.put_object(
+                Bucket=bucket,
+                Key=key,
+                Body=body,
+                ServerSideEncryption="aws:kms",
+                Metadata={"sha256": digest},
+                **kms,
+            )
+
+
 def publish(
     archive: Path,
     adapter: str,
@@ -330,38 +365,13 @@ def publish(
             f"archive sha256 {digest[:12]}... is not the one the catalog pins for {adapter!r} "
             f"({pinned.sha256[:12]}...); bump the entry's version for a new archive"
         )
-    if bucket is None:
-        bucket = dep.env.artifact_bucket
-    if bucket is None:
-        import boto3
-
-        account = boto3.client("sts").get_caller_identity()["Account"]
-        bucket = f"{dep.env.prefix}-artifacts-{account}-{dep.env.region}"
-    key = f"adapters/{adapter}/{manifest.version}/adapter.tar.gz"
     if s3 is None:
         import boto3
 
         s3 = boto3.client("s3", region_name=dep.env.region)
-    kms = {"SSEKMSKeyId": kms_key} if kms_key else {}
-    published = _published_sha256(s3, bucket, key)
-    if published is not None and published != digest:
-        # Live components point at this key: scale-out copies would load the new weights
-        # while older copies keep the old ones, under one name and version.
-        raise PublishError(
-            f"s3://{bucket}/{key} already holds {adapter} {manifest.version} with sha256 "
-            f"{published[:12]}..., not this archive's {digest[:12]}...; a published version is "
-            "never overwritten: bump the entry's version for new weights"
-        )
-    if published is None:
-        with archive.open("rb") as body:
-            s3.put_object(
-                Bucket=bucket,
-                Key=key,
-                Body=body,
-                ServerSideEncryption="aws:kms",
-                Metadata={"sha256": digest},
-                **kms,
-            )
+    bucket = bucket or dep.env.artifact_bucket or _default_bucket(dep)
+    key = f"adapters/{adapter}/{manifest.version}/adapter.tar.gz"
+    _upload_once(s3, archive, bucket, key, digest, kms_key, f"{adapter} {manifest.version}")
     uri = f"s3://{bucket}/{key}"
     files = manifest.files
     weights = next(
