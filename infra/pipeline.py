@@ -121,6 +121,7 @@ class PipelineStack(Stack):
         accounts_seen: set[tuple[str, str]] = set()
         for name in config.stages:
             dep = deployments[name]
+            refuse_cross_account(config, dep)
             # No account in the environment file: the pipeline's own (CDK deploys it there).
             where = (dep.env.account or self.account, dep.env.region)
             pre: list[pipelines.Step] = []
@@ -230,7 +231,11 @@ class PipelineStack(Stack):
             arn("sagemaker", "model-package-group", f"{prefix}-*"),
             arn("sagemaker", "model-package", f"{prefix}-*/*"),
         ]
-        self._release_arns.append([*stacks, *objects, arn("kms", "key", "*"), *packages])
+        quotas = arn("servicequotas", "sagemaker/*", "", ArnFormat.NO_RESOURCE_NAME)
+        bootstrap = arn("cloudformation", "stack", "CDKToolkit/*")
+        self._release_arns.append(
+            [*stacks, *objects, arn("kms", "key", "*"), *packages, quotas, bootstrap]
+        )
         statements = [
             iam.PolicyStatement(
                 actions=["cloudformation:DescribeStacks", "cloudformation:GetTemplate"],
@@ -267,12 +272,34 @@ class PipelineStack(Stack):
                     "ecr:PutImage",
                     "ecr:DescribeImages",
                     "ecr:BatchGetImage",
+                    # The image step asks whether the repository exists first (release.py
+                    # repository_exists); no other ECR action grants it (deploy review r3, 3).
+                    "ecr:DescribeRepositories",
                 ],
                 resources=[arn("ecr", "repository", repository)],
             ),
-            # Neither has a resource-level form (Service Authorization Reference).
+            # make release's preflight (ops.preflight), read-only: the bootstrap version and
+            # stack, and the account's SageMaker quotas.
             iam.PolicyStatement(
-                actions=["ecr:GetAuthorizationToken", "sts:GetCallerIdentity"], resources=["*"]
+                actions=["ssm:GetParameter"],
+                resources=[arn("ssm", "parameter", "cdk-bootstrap/hnb659fds/version")],
+            ),
+            iam.PolicyStatement(
+                actions=["cloudformation:DescribeStacks"],
+                resources=[bootstrap],
+            ),
+            iam.PolicyStatement(
+                actions=["servicequotas:GetServiceQuota"],
+                resources=[arn("servicequotas", "sagemaker/*", "", ArnFormat.NO_RESOURCE_NAME)],
+            ),
+            # None has a resource-level form (Service Authorization Reference).
+            iam.PolicyStatement(
+                actions=[
+                    "ecr:GetAuthorizationToken",
+                    "sts:GetCallerIdentity",
+                    "servicequotas:ListServiceQuotas",
+                ],
+                resources=["*"],
             ),
         ]
         return pipelines.CodeBuildStep(
@@ -406,8 +433,9 @@ class PipelineStack(Stack):
             **project_logs(release),
             **inline,
             "AwsSolutions-IAM5[Resource::*]": (
-                "ecr:GetAuthorizationToken and sts:GetCallerIdentity have no resource-level "
-                "form (Service Authorization Reference); everything else names its resource."
+                "ecr:GetAuthorizationToken, sts:GetCallerIdentity and "
+                "servicequotas:ListServiceQuotas have no resource-level form (Service "
+                "Authorization Reference); everything else names its resource."
             ),
         }
         reasons = _RELEASE_RESOURCE_REASONS
@@ -428,14 +456,39 @@ class PipelineStack(Stack):
 #: Why each service's resources in the release role's policy carry a wildcard.
 _RELEASE_RESOURCE_REASONS = {
     "cloudformation": "The environment's own stacks by name prefix (and the shared "
-    "account stack): CloudFormation appends a generated id to stack ARNs; read only.",
+    "account stack, and the CDK bootstrap stack the preflight reads): CloudFormation appends a "
+    "generated id to stack ARNs; read only.",
     "s3": "Only the staging prefixes (base/, adapters/, merged/, release/) of the "
     "environment's artifact bucket, whose object keys carry revisions and versions.",
     "kms": "Any key id, but only the key whose alias is the environment's data key "
     "(kms:ResourceAliases condition); the key's id exists only after its stack deploys.",
+    "servicequotas": "SageMaker's quotas of this account and region, read by the release's "
+    "preflight; their codes differ per instance type.",
     "sagemaker": "The environment's model package groups (named PREFIX-ADAPTER, one per "
     "adapter) and their versions, whose ARNs end in a version number SageMaker assigns.",
 }
+
+
+def refuse_cross_account(config: PipelineConfig, dep: Deployment) -> None:
+    """The pipeline deploys into its own account only. Its release step runs as a role of the
+    pipeline's account, and another account's S3, ECR, CloudFormation and Model Registry cannot
+    be reached through an identity policy alone; CDK Pipelines' cross-account stages would also
+    need artifact keys that account can use (deploy review r3, finding 3). Refused here, at
+    synth, rather than failing halfway through the first run; deploy other accounts with
+    ``make release`` and their own credentials."""
+    if dep.env.account is None or dep.env.account == config.account:
+        return
+    where = (
+        f"account {config.account}"
+        if config.account
+        else "an account config/pipeline.yaml does not name"
+    )
+    raise ValueError(
+        f"pipeline stage {dep.env.name!r} deploys to account {dep.env.account}, but the pipeline "
+        f"runs in {where}: the pipeline releases into its own account only; set "
+        f"config/pipeline.yaml account to {dep.env.account}, or remove {dep.env.name!r} from "
+        "its stages and release it with make release and that account's credentials"
+    )
 
 
 def verbs(actions: tuple[str, ...]) -> dict[str, str]:

@@ -185,11 +185,14 @@ class Tools:
 
         return main(["--env", env])
 
-    def preflight(self, session: Any, dep: Deployment, environments_dir: Path) -> list[str]:
-        """``make preflight``'s findings that stop a release (``ops.preflight``)."""
+    def preflight(
+        self, session: Any, dep: Deployment, environments_dir: Path, *, smoke: bool = True
+    ) -> list[str]:
+        """``make preflight``'s findings that stop a release (``ops.preflight``); ``smoke``:
+        the release runs the smoke check, so its principal must be an operator."""
         from ops.preflight import run
 
-        findings = run(session, dep, environments_dir)
+        findings = run(session, dep, environments_dir, operator=smoke)
         for f in findings:
             print("  " + f.line(), flush=True)
         return [f.message for f in findings if not f.ok]
@@ -764,7 +767,9 @@ class Release:
         """``make preflight`` first (it changes nothing), then each step: skipped when done,
         else run (or reported, in a dry run)."""
         self.log("[0/7] preflight: account, bootstrap, quotas, operators")
-        if problems := self.tools.preflight(self.session, self.dep, self.environments_dir):
+        if problems := self.tools.preflight(
+            self.session, self.dep, self.environments_dir, smoke="smoke" in only
+        ):
             raise ReleaseError("preflight: " + "; ".join(problems))
         outcome: dict[str, str] = {}
         for n, step in enumerate(STEPS, 1):

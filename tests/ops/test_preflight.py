@@ -55,7 +55,13 @@ def environments(tmp_path: Path) -> Path:
     return envs
 
 
-def _ready(session: StubbedSession, quota: float, arn: str = SSO_SESSION) -> None:
+def _ready(
+    session: StubbedSession,
+    quota: float,
+    arn: str = SSO_SESSION,
+    quota_codes: tuple[str, ...] = ("L-1928E07B",),
+) -> None:
+    """A ready account's answers; ``quota_codes``: the quotas read, in the order asked."""
     session.stub("sts").add_response(
         "get_caller_identity", {"Account": ACCOUNT, "Arn": arn, "UserId": "AROA:alice"}
     )
@@ -78,27 +84,22 @@ def _ready(session: StubbedSession, quota: float, arn: str = SSO_SESSION) -> Non
         {"StackName": "CDKToolkit"},
     )
     quotas = session.stub("service-quotas")
-    quotas.add_response(
-        "list_service_quotas",
-        {
-            "Quotas": [
-                {"QuotaName": "ml.g5.2xlarge for endpoint usage", "QuotaCode": "L-9614C779"},
-                {"QuotaName": "ml.g5.xlarge for endpoint usage", "QuotaCode": "L-1928E07B"},
-            ]
-        },
-        {"ServiceCode": "sagemaker"},
-    )
-    quotas.add_response(
-        "get_service_quota",
-        {
-            "Quota": {
-                "QuotaCode": "L-1928E07B",
-                "QuotaName": "ml.g5.xlarge for endpoint usage",
-                "Value": quota,
-            }
-        },
-        {"ServiceCode": "sagemaker", "QuotaCode": "L-1928E07B"},
-    )
+    for code in quota_codes:  # each quota is looked up by name, then read
+        quotas.add_response(
+            "list_service_quotas",
+            {
+                "Quotas": [
+                    {"QuotaName": "ml.g5.2xlarge for endpoint usage", "QuotaCode": "L-9614C779"},
+                    {"QuotaName": "ml.g5.xlarge for endpoint usage", "QuotaCode": "L-1928E07B"},
+                ]
+            },
+            {"ServiceCode": "sagemaker"},
+        )
+        quotas.add_response(
+            "get_service_quota",
+            {"Quota": {"QuotaCode": code, "Value": quota}},
+            {"ServiceCode": "sagemaker", "QuotaCode": code},
+        )
 
 
 def test_a_quota_of_zero_is_refused_by_name_with_found_and_needed(environments) -> None:

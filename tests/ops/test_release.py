@@ -169,7 +169,7 @@ class FakeTools(Tools):
         self.calls.append(("smoke", env))
         return 0
 
-    def preflight(self, session, dep, environments_dir) -> list[str]:
+    def preflight(self, session, dep, environments_dir, *, smoke=True) -> list[str]:
         """moto has no SageMaker quotas: ops.preflight is tested against stubbed clients
         (tests/ops/test_preflight.py); here it passes, unrecorded, as on a ready account."""
         return []
@@ -306,6 +306,7 @@ def setup(tmp_path, account):
         "release": release,
         "tools": tools,
         "catalog": catalog,
+        "environments": environments,
         "logs": logs,
         "with_archive": with_archive,
         "dep": dep,
