@@ -27,12 +27,14 @@ def test_an_unprotected_environment_empties_its_buckets_and_images_on_delete(
         assert bucket["DeletionPolicy"] == "Delete"
     (repo,) = resources(dev, "AWS::ECR::Repository").values()
     assert repo["Properties"]["EmptyOnDelete"] is True and repo["DeletionPolicy"] == "Delete"
-    # prod protects its data: nothing is emptied, everything is retained.
+    # prod protects its data: nothing is emptied, everything is kept.
     prod = assemblies["prod"].templates["lora-prod-stateful"]
     assert not resources(prod, "Custom::S3AutoDeleteObjects")
-    assert all(b["DeletionPolicy"] == "Retain" for b in _buckets(prod).values())
+    # RetainExceptOnCreate: kept, except when their first create rolls back.
+    assert all(b["DeletionPolicy"] == "RetainExceptOnCreate" for b in _buckets(prod).values())
     (repo,) = resources(prod, "AWS::ECR::Repository").values()
-    assert not repo["Properties"].get("EmptyOnDelete") and repo["DeletionPolicy"] == "Retain"
+    assert not repo["Properties"].get("EmptyOnDelete")
+    assert repo["DeletionPolicy"] == "RetainExceptOnCreate"
 
 
 def test_the_flow_log_bucket_policy_is_the_stacks_own(dev_templates) -> None:
