@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 CDK := npx --no-install cdk
 
-.PHONY: setup up down synth diff snapshot release smoke test lint bench check plan promote rollback preflight
+.PHONY: setup up down synth diff snapshot release smoke test lint bench check plan promote rollback preflight bench-endpoint
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -71,6 +71,9 @@ snapshot: $(PY)  ## re-synth every deployable environment into infra/snapshots/ 
 MAKE_DRY_RUN := $(findstring n,$(firstword -$(MAKEFLAGS)))
 release: $(PY)  ## deploy in order: stacks, image, base weights, adapter archives, the rest, smoke: make release ENV=dev [--dry-run]
 	+$(PY) -m ops.release --env $(ENV) $(if $(or $(MAKE_DRY_RUN),$(DRY_RUN)),--dry-run,) $(ARGS)
+
+bench-endpoint: $(PY)  ## measure a deployed environment through its router (SigV4): TTFT, TPOT, throughput, errors, popular vs rare p99: make bench-endpoint ENV=dev [URL=...] [ARGS=...]
+	$(PY) benchmarks/endpoint.py --env $(ENV) $(if $(URL),--url $(URL),) $(ARGS)
 
 preflight: $(PY)  ## read-only checks of the account before a release: credentials, bootstrap, SageMaker quotas, operators: make preflight ENV=dev
 	$(PY) -m ops.preflight --env $(ENV)
