@@ -313,8 +313,16 @@ def completions() -> Response:
 @door
 def models() -> Response:
     adapters = service.visible_adapters(_call())
+    # ``state`` beside OpenAI's fields (its clients ignore a field they do not know): serving,
+    # or why not yet.
     data = [
-        {"id": a["name"], "object": "model", "created": 0, "owned_by": "lora-fleet"}
+        {
+            "id": a["name"],
+            "object": "model",
+            "created": 0,
+            "owned_by": "lora-fleet",
+            "state": a["state"],
+        }
         for a in adapters
     ]
     return _ok({"object": "list", "data": data})

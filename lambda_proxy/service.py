@@ -120,6 +120,10 @@ class Dependencies:
     #: stream may wait longer than one buffered answer for its first token.
     stream_client: Any = None
     canaries: Canaries | None = None
+    #: Why an adapter is not served yet, where something knows (the local platform's trainer:
+    #: ``(state, reason)`` for queued, training, evaluating, not publishable or failed); None
+    #: when it is served. A deployed environment routes only published adapters.
+    availability: Callable[[str], tuple[str, str] | None] | None = None
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -196,6 +200,8 @@ def visible_adapters(call: Call) -> list[dict[str, Any]]:
             "version": r.version,
             "task": r.task,
             "description": r.description,
+            # serving, or why not (queued, training, evaluating, not publishable, failed)
+            "state": (adapter_state(name) or ("serving", ""))[0],
         }
         for name, r in sorted(routes.items())
         if operator or allowed(caller, r)
@@ -210,7 +216,57 @@ def authorize(call: Call, adapter: str) -> tuple[Caller, Route]:
     if route is None or not (allowed(caller, route) or is_operator(caller)):
         _buffered("UnknownAdapter" if route is None else "Forbidden")
         raise RouterError(404, f"unknown adapter {adapter[:64]!r}", code="UnknownAdapter")
+    if (why := not_served(adapter)) is not None:
+        raise why
     return caller, route
+
+
+#: What a client sees for an adapter that is not served, by its state: the router's words.
+NOT_SERVED = {
+    "queued": "is queued for training",
+    "training": "is being trained",
+    "evaluating": "is being evaluated against its gate",
+}
+
+
+def adapter_state(adapter: str) -> tuple[str, str] | None:
+    """``(state, reason)`` of an adapter that is not served, or None."""
+    check = deps().availability
+    return check(adapter) if check is not None else None
+
+
+def not_served(adapter: str) -> RouterError | None:
+    """Why an adapter the caller may use is not served, in fixed words: not trained yet (503,
+    retry later), not publishable with its gate's reason, or its training failed (409: a retry
+    cannot help). No internals: a failure's own text stays in the trainer's log."""
+    state = adapter_state(adapter)
+    if state is None:
+        return None
+    kind, reason = state
+    name = adapter[:64]
+    if kind in NOT_SERVED:
+        return RouterError(
+            503,
+            f"adapter {name!r} {NOT_SERVED[kind]}; it is served once it passes its gate",
+            code="AdapterNotReady",
+            headers={"Retry-After": "30"},
+        )
+    if kind == "not publishable":
+        return RouterError(
+            409,
+            f"adapter {name!r} is not served: it did not pass its evaluation gate "
+            f"({reason[:300] or 'see python -m local status'}); on the local platform, "
+            "make up ARGS=--serve-unpublishable serves it anyway",
+            code="AdapterNotPublishable",
+            headers={SHOULD_RETRY: "false"},
+        )
+    return RouterError(
+        409,
+        f"adapter {name!r} is not served: its training failed (python -m local status and "
+        ".local/logs/trainer.log say why); the next make up trains it again",
+        code="AdapterTrainingFailed",
+        headers={SHOULD_RETRY: "false"},
+    )
 
 
 # -- what a request becomes ------------------------------------------------------------------

@@ -198,8 +198,29 @@ class LocalGateway:
         with HANDLER_LOCK:
             self.table = table
             self.client = make_client(s.sagemaker_endpoint_url, s.region, s.invoke_deadline_s)
-            configure(Dependencies(s, ResponseCache(self.store, s.cache_ttl_s), self.client))
+            configure(
+                Dependencies(
+                    s,
+                    ResponseCache(self.store, s.cache_ttl_s),
+                    self.client,
+                    availability=self.training_state,
+                )
+            )
         return {"adapters": len(table.adapters)}
+
+    def training_state(self, adapter: str) -> tuple[str, str] | None:
+        """What the background trainer says of an adapter that is not online (the router's
+        ``availability``): queued, training, evaluating, not publishable (with the gate's
+        reasons) or failed; None when it is online or the trainer never saw it."""
+        from local.trainer import read_status
+
+        if self.state_dir is None:
+            return None
+        st = read_status(self.state_dir).get("adapters", {}).get(adapter) or {}
+        state = st.get("state")
+        if state in (None, "online", "offline"):
+            return None
+        return str(state), str(st.get("detail") or "")
 
     def flush(self, adapters: list[str]) -> int:
         """Drop cached answers of adapters whose artifact changed under the same version.

@@ -158,3 +158,26 @@ def test_the_playground_offers_typed_inputs_first_for_the_shipped_example() -> N
     samples = _samples(entry.task, entry)
     typed = [r.raw for r in natural(entry.task, entry.dataset)]
     assert samples[: len(typed)] == typed and len(samples) > len(typed)
+
+
+def test_the_gateway_tells_the_router_what_the_trainer_says(tmp_path) -> None:
+    """Not served yet: the trainer's state (and a gate's reasons) reach the router, which
+    answers in its own words; an online adapter, or one the trainer never saw, is the router's
+    usual business."""
+    from types import SimpleNamespace
+
+    from local.gateway import LocalGateway
+    from local.trainer import Status
+
+    status = Status(tmp_path, ["a", "b", "c"])
+    status.set("a", state="not publishable", detail="does not beat the echo")
+    status.set("b", state="online")
+    status.set("c", state="training", step=3)
+    gateway = SimpleNamespace(state_dir=tmp_path)
+    assert LocalGateway.training_state(gateway, "a") == (
+        "not publishable",
+        "does not beat the echo",
+    )
+    assert LocalGateway.training_state(gateway, "b") is None
+    assert LocalGateway.training_state(gateway, "c") == ("training", "")
+    assert LocalGateway.training_state(gateway, "unknown") is None
