@@ -4,8 +4,9 @@
 
 Both servers get the same model, the same adapters, the same engine settings (device slots
 fewer than the adapters, host slots, slot rank, batch, model length, KV cache, dtype, seed) and
-the same CPU environment (every core, Intel OpenMP: ``runtime.hardware``), one after the other
-on an otherwise idle machine. Each serves the same Zipf workload over more adapters than device
+the same CPU environment (every core, Intel OpenMP: ``runtime.hardware``). Both run at once and
+their bursts are interleaved, in alternating order with the other server idle, so that a shared
+machine's drift falls on both alike; the best burst of each is kept. Each serves the same Zipf workload over more adapters than device
 slots, all submitted at once, buffered and then streamed:
 
 - the runtime as SageMaker runs it (``python -m runtime serve``, ``POST /invocations`` with the
@@ -263,38 +264,39 @@ def main(argv: list[str] | None = None) -> int:
         "--lora-modules",
         *(f"{n}={p}" for n, p in paths.items()),
     ]
-    for kind, argv_, health, extra in (
-        ("vllm serve", vllm_argv, "/health", {}),
-        ("runtime", runtime_argv, "/ping", runtime_env),
-    ):
-        print(f"starting {kind} ...", flush=True)
-        server = Server(argv_, {**env, **extra}, health, work / f"{kind.replace(' ', '-')}.log")
-        try:
-            if kind == "runtime":
-                for n, p in paths.items():
-                    r = httpx.post(
-                        server.url + "/adapters", json={"name": n, "src": str(p)}, timeout=300
-                    )
-                    r.raise_for_status()
-            key = "runtime" if kind == "runtime" else "vllm"
-            asyncio.run(
-                burst(
-                    key,
-                    server.url,
-                    [(n, "warm up", tok("warm up")["input_ids"], 4) for n in names],
-                    False,
-                )
+    servers: dict[str, Server] = {}
+    try:
+        # Both up at once, then the bursts interleaved (each pair in alternating order, the
+        # other server idle): drift on a shared machine falls on both alike.
+        for key, argv_, health, extra in (
+            ("vllm", vllm_argv, "/health", {}),
+            ("runtime", runtime_argv, "/ping", runtime_env),
+        ):
+            print(f"starting {key} ...", flush=True)
+            servers[key] = Server(argv_, {**env, **extra}, health, work / f"{key}.log")
+        for n, p in paths.items():
+            r = httpx.post(
+                servers["runtime"].url + "/adapters", json={"name": n, "src": str(p)}, timeout=300
             )
-            out = {"started_s": server.started_s}
-            for stream in (False, True):
-                best, answers = 0.0, []
-                for _ in range(args.repeats):
-                    wall, answers = asyncio.run(burst(key, server.url, jobs, stream))
-                    tokens = sum(len(ids) for ids, _ in answers)
-                    best = max(best, tokens / wall)
-                out["stream" if stream else "buffered"] = {"tokens_per_s": best, "answers": answers}
-            results[key] = out
-        finally:
+            r.raise_for_status()
+        warm = [(n, "warm up", tok("warm up")["input_ids"], 4) for n in names]
+        for key, server in servers.items():
+            asyncio.run(burst(key, server.url, warm, False))
+            results[key] = {"started_s": server.started_s}
+        for stream in (False, True):
+            mode = "stream" if stream else "buffered"
+            for i in range(args.repeats):
+                order = ("runtime", "vllm") if i % 2 == 0 else ("vllm", "runtime")
+                for key in order:
+                    time.sleep(3)  # the other engine's busy-poll winds down
+                    wall, answers = asyncio.run(burst(key, servers[key].url, jobs, stream))
+                    tps = sum(len(ids) for ids, _ in answers) / wall
+                    best = results[key].get(mode, {"tokens_per_s": 0.0})
+                    if tps > best["tokens_per_s"]:
+                        results[key][mode] = {"tokens_per_s": tps, "answers": answers}
+                    print(f"  {mode} {key}: {tps:.1f} tok/s", flush=True)
+    finally:
+        for server in servers.values():
             server.stop()
 
     rows, ok = [], True
@@ -339,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         f"linear layers, {args.max_loras} device slots, {args.max_cpu_loras} host slots, slot rank "
         f"{args.rank}, batch {args.max_num_seqs}, {args.dtype}; {len(jobs)} Zipf(1.1) requests "
         "of 8 to 48 greedy tokens, all at once, best of "
-        f"{args.repeats} bursts per workload; the two servers one after the other. "
+        f"{args.repeats} bursts per workload, interleaved between the two servers. "
         f"{starts}. " + ("Goal met." if ok else "**Goal missed.**") + "\n\n" + table + "\n",
     )
     return 0 if ok else 1
