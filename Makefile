@@ -84,6 +84,7 @@ smoke: $(PY)  ## invoke every adapter once through the deployed router: make smo
 bench: setup  ## benchmarks (each prints a table and writes benchmarks/RESULTS.md); benchmarks/startup.py (about an hour) runs alone
 	$(PY) benchmarks/serving.py
 	$(PY) benchmarks/parity.py
+	$(PY) benchmarks/churn.py
 	$(PY) benchmarks/structured.py
 	$(PY) benchmarks/merged.py
 	$(PY) benchmarks/router.py
