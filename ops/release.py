@@ -766,7 +766,7 @@ class Release:
     def run(self, only: tuple[str, ...] = STEPS) -> dict[str, str]:
         """``make preflight`` first (it changes nothing), then each step: skipped when done,
         else run (or reported, in a dry run)."""
-        self.log("[0/7] preflight: account, bootstrap, quotas, operators")
+        self.log("preflight: account, bootstrap, quotas, operators")
         if problems := self.tools.preflight(
             self.session, self.dep, self.environments_dir, smoke="smoke" in only
         ):
