@@ -190,11 +190,13 @@ def _identified_within_limit(
 ) -> bool:
     """Whether the request has a caller and a body within the limit (bytes, as the handler
     counts them), checked before any JSON is parsed."""
-    if body is not None and len(body.encode("utf-8", "surrogatepass")) > (
-        service.deps().settings.max_body_bytes
-    ):
+    try:
+        limit = service.deps().settings.max_body_bytes
+        if body is not None and len(body.encode("utf-8", "surrogatepass")) > limit:
+            return False
+        return Call.of(event, context).caller is not None
+    except Exception:  # a router that cannot start: the handler answers it, in its words
         return False
-    return Call.of(event, context).caller is not None
 
 
 def _buffered(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
