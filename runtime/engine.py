@@ -367,12 +367,14 @@ class Engine:
         self._gauges()
 
     async def _make_host_room(self, host: set[int], by_id: dict[int, AdapterRecord]) -> None:
-        """A free host place, taken from the least recently used unpinned adapter when the
-        tier is full (the registry keeps at least one place unpinned). It goes to the disk tier,
-        as a vLLM eviction would: its next request loads it again."""
+        """A free host place, taken from the least recently used unpinned adapter no request
+        is using when the tier is full (the registry keeps at least one place unpinned). It goes
+        to the disk tier, as a vLLM eviction would: its next request loads it again."""
         if len(host) < self.settings.max_cpu_loras:
             return
-        unpinned = [by_id[i] for i in host if i in by_id and not by_id[i].pinned]
+        unpinned = [
+            by_id[i] for i in host if i in by_id and not by_id[i].pinned and not by_id[i].inflight
+        ]
         if not unpinned:
             return
         victim = min(unpinned, key=lambda r: r.last_used)
