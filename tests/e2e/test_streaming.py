@@ -49,25 +49,35 @@ def _with_seed(body: dict, seed: int) -> dict:
 
 
 def test_events_arrive_before_the_generation_ends(platform) -> None:
+    """Progress, not a clock: when the first token event reaches the client, the model server
+    is still generating that answer (its adapter has a request in flight). A stream held back
+    until the end (a gateway or router that buffers) would deliver it after the server let the
+    request go. Timing the events instead failed on a busy machine, where delivery bunches."""
     adapter = _deployment(platform).adapters[0]
     url = f"{platform.gateway}/v1/adapters/{adapter.name}/generate"
-    # The first answer long enough that its delivery takes time. Up to 600 tokens (about 2 s
-    # here): the local gateway has been seen to hold a stream's first events for a third of a
-    # second while vLLM keeps both cores busy, which covered a whole 120-token answer.
     for seed in SEEDS:
         with httpx.stream("POST", url, json=_with_seed(LONG, seed), timeout=120) as resp:
             assert resp.status_code == 200, resp.read()
-            events = list(_events(resp))
+            stream = _events(resp)
+            first = next(e for e in stream if e[0] == "token")
+            running = _inflight(platform, adapter.component_name)
+            events = [first, *stream]
         tokens = [e for e in events if e[0] == "token"]
         if len(tokens) >= 60:
             break
     else:
         pytest.fail(f"no seed in {SEEDS} gave an answer of 60 tokens or more")
-    kind, done, t_done = events[-1]
+    kind, done, _ = events[-1]
     assert kind == "done"
-    assert tokens[0][2] < t_done - 0.05, "the first token came only with the answer"
+    assert running > 0, "the first token came only once the generation had ended"
     assert "".join(e[1]["text"] for e in tokens) == done["output"]
     assert done["served_by"] == adapter.component_name and done["usage"]["output_tokens"] > 10
+
+
+def _inflight(platform, component: str) -> int:
+    """Requests the model server is running for this adapter component now."""
+    listed = httpx.get(f"{platform.runtime}/adapters", timeout=30).json()["adapters"]
+    return next((a["inflight"] for a in listed if a["name"] == component), 0)
 
 
 def test_a_client_that_goes_away_stops_the_generation(platform) -> None:
