@@ -164,7 +164,7 @@ def _training_args(p: argparse.ArgumentParser) -> None:
 
 def _status(state_dir: Path) -> int:
     from local import processes
-    from local.trainer import read_status
+    from local.trainer import priority, read_status
 
     state = processes.read_state(state_dir)
     procs = state.get("processes", {})
@@ -177,10 +177,16 @@ def _status(state_dir: Path) -> int:
     training = read_status(state_dir)
     if training:
         running = processes.alive(training["pid"]) and training.get("finished") is None
+        how = ""
+        if running and (prio := priority(training["pid"])) is not None:
+            nice, paused = prio
+            how = f" at low priority (nice {nice})" + (
+                ", paused while a foreground job runs" if paused else ""
+            )
         print(
             f"trainer   pid {training['pid']:<7} "
             + (
-                "training"
+                "training" + how
                 if running
                 else "finished"
                 if training.get("finished")

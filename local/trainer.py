@@ -16,9 +16,11 @@ or ``not publishable`` (its gate failed: it is not served unless the platform wa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import sys
 import time
 import traceback
@@ -74,6 +76,7 @@ def run(opts: Any, todo: list[str], declare: Any, log=print) -> int:
     from config import load_deployment
     from training.train import train
 
+    lower_priority()
     status = Status(opts.state_dir, todo)
     dep = load_deployment(opts.env, opts.catalog, opts.environments_dir)
     base_dir = opts.artifacts / "base" / dep.base_key
@@ -197,6 +200,48 @@ def trainer_command(opts: Options, todo: list[str]) -> list[str]:
     if opts.serve_unpublishable:
         cmd.append("--serve-unpublishable")
     return [*cmd, *todo]
+
+
+#: The lowest scheduling priority: background training yields the cores to what the user runs.
+BACKGROUND_NICE = 19
+
+
+def lower_priority() -> None:
+    """Background work at the lowest priority (``nice`` 19)."""
+    with contextlib.suppress(OSError):
+        os.nice(BACKGROUND_NICE - os.nice(0))
+
+
+def priority(pid: int) -> tuple[int, bool] | None:
+    """A process's nice value and whether it is stopped (paused), from /proc; None when it is
+    gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[16]), fields[0] == "T"
+
+
+def pause_running_trainer(state_dir: Path) -> int | None:
+    """Pause (SIGSTOP) the background trainer ``make up`` started, if one runs: on two cores a
+    trainer keeps a core whatever its priority, and a foreground job (the test suite, a
+    benchmark) timed out beside it. Its pid, for ``resume``; None when none runs."""
+    from local.processes import alive, read_state
+
+    running = read_state(state_dir).get("trainer") or {}
+    pid = running.get("pid")
+    if not pid or not alive(pid) or read_status(state_dir).get("finished"):
+        return None
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGSTOP)
+        return pid
+    return None
+
+
+def resume(pid: int) -> None:
+    """Let a paused trainer go on where it stopped."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGCONT)
 
 
 def start_trainer(opts: Options, todo: list[str]) -> int | None:

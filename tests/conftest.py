@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,3 +67,22 @@ def synth_edited(tmp_path: Path):
         return synth_in_process(catalog, environments, env)
 
     return run
+
+
+@pytest.fixture(scope="session", autouse=True)
+def background_training_yields():
+    """``make test`` beside ``make up``: the background trainer is paused for the run (on two
+    cores it kept a core whatever its priority, and 39 fixtures timed out) and resumes after."""
+    from local.trainer import pause_running_trainer, resume
+
+    state = Path(__file__).resolve().parents[1] / ".local"
+    pid = pause_running_trainer(state)
+    if pid is not None:
+        # Past pytest's capture: the user sees it whatever the options.
+        sys.__stderr__.write(
+            f"\nfound make up's background training in progress (pid {pid}): paused while the "
+            "tests run, it resumes after them\n"
+        )
+    yield
+    if pid is not None:
+        resume(pid)

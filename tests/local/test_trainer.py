@@ -195,3 +195,36 @@ def test_entries_added_while_the_trainer_runs_are_trained_when_its_queue_ends(
     assert trained == [first, *rest] and offline == 1
     states = {n: a["state"] for n, a in trainer.read_status(opts.state_dir)["adapters"].items()}
     assert states == {first: "online", failing: "failed", **{n: "online" for n in rest}}
+
+
+def test_background_training_runs_at_the_lowest_priority_and_pauses_for_a_foreground_job(
+    tmp_path,
+) -> None:
+    """A stand-in trainer (a process make up's state names) is paused by the test session's
+    hook and resumes after; the trainer itself lowers its priority to nice 19."""
+    import subprocess
+    import sys
+    import time
+
+    from local import trainer
+    from local.processes import write_state
+
+    code = "import time\nfrom local.trainer import lower_priority\nlower_priority()\ntime.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        write_state(tmp_path, {"trainer": {"pid": proc.pid, "adapters": ["a"], "health": None}})
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and trainer.priority(proc.pid) != (19, False):
+            time.sleep(0.1)
+        assert trainer.priority(proc.pid) == (19, False)
+        pid = trainer.pause_running_trainer(tmp_path)
+        assert pid == proc.pid
+        time.sleep(0.2)
+        assert trainer.priority(proc.pid) == (19, True), "paused"
+        trainer.resume(pid)
+        time.sleep(0.2)
+        assert trainer.priority(proc.pid) == (19, False), "running again"
+        assert trainer.pause_running_trainer(tmp_path / "elsewhere") is None
+    finally:
+        proc.kill()
+        proc.wait()
