@@ -30,6 +30,7 @@ from config import Deployment, ResolvedAdapter
 from config.processes import merged_runtime_settings, runtime_settings
 from config.schema import ROLLOUT_BATCH_PERCENT
 from infra.adapters import construct_id as id_of
+from infra.eni_drain import EniDrain
 from infra.lifecycle import removal_policy, retention
 from infra.nag import acknowledge, checkov_skip
 from infra.storage import ADAPTER_PREFIX, BASE_PREFIX, MERGED_PREFIX
@@ -183,6 +184,7 @@ class Serving(Construct):
         self._log_groups(key)
         self._execution_role(key, bucket)
         self._endpoint(vpc, subnets, security_group, key)
+        self._drain(security_group, key)
         self._rollback_alarms()
         self._base_component()
         self._merged_components(bucket)
@@ -290,6 +292,22 @@ class Serving(Construct):
             endpoint_name=self.endpoint_name,
             endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
         )
+
+    def _drain(self, security_group: ec2.ISecurityGroup, key: kms.IKey) -> None:
+        """Deletion order: endpoint, then the wait for its ENIs, then the execution role (deploy
+        review r3, finding 5). CloudFormation deletes a resource before what it depends on, so
+        the drain depends on the role and its policy, and the endpoint on the drain. The router's
+        Lambda needs none: CloudFormation itself "waits for Lambda to delete [the function's
+        network interfaces] before proceeding" (AWS::Lambda::Function VpcConfig reference)."""
+        self.drain = EniDrain(
+            self,
+            "EniDrain",
+            security_groups=[security_group],
+            key=key,
+            log_retention=retention(self.dep.env.observability.log_retention_days),
+        )
+        self.drain.node.add_dependency(self.role, self.policy)
+        self.endpoint.node.add_dependency(self.drain)
 
     def _rollback_alarms(self) -> None:
         dep = self.dep

@@ -165,3 +165,75 @@ def test_a_thousand_adapters_synthesize_within_cloudformations_limits(tmp_path) 
     assert row["max_resources"] <= MAX_RESOURCES_PER_TEMPLATE, row
     assert row["max_bytes"] <= MAX_TEMPLATE_BYTES, row
     assert row["router_invoke_policies"] <= 8, row
+
+
+def _depends_on(resource: dict) -> set[str]:
+    return set(resource.get("DependsOn", []))
+
+
+def _reaches(template: dict, start: str, goal: str) -> bool:
+    """Whether ``start`` depends on ``goal``, through DependsOn, Ref or GetAtt, transitively."""
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        if name == goal:
+            return True
+        if name in seen or name not in template["Resources"]:
+            continue
+        seen.add(name)
+        body = template["Resources"][name]
+        text = json.dumps(body)
+        todo += list(_depends_on(body))
+        todo += [k for k in template["Resources"] if f'"{k}"' in text]
+    return False
+
+
+def test_the_execution_role_outlives_the_endpoints_network_interfaces(dev_templates) -> None:
+    """Deploy review r3, finding 5: SageMaker removes the endpoint's ENIs after DeleteEndpoint
+    returns, with the execution role. CloudFormation deletes a resource before the ones it
+    depends on, so the endpoint must depend on the ENI drain, and the drain on the role and its
+    policy; the drain watches the endpoint's own security group."""
+    serving = dev_templates["lora-dev-serving"]
+    [endpoint] = resources(serving, "AWS::SageMaker::Endpoint")
+    [config] = resources(serving, "AWS::SageMaker::EndpointConfig").values()
+    role = config["Properties"]["ExecutionRoleArn"]["Fn::GetAtt"][0]
+    drains = resources(serving, "Custom::EniDrain")
+    assert len(drains) == 1, "the serving stack needs one ENI drain"
+    [(drain, body)] = drains.items()
+    assert _reaches(serving, endpoint, drain), "the endpoint must be deleted before the drain"
+    assert _reaches(serving, drain, role), "the role must be deleted after the drain"
+    policies = [
+        arn["Ref"]
+        for arn in serving["Resources"][role]["Properties"]["ManagedPolicyArns"]
+        if isinstance(arn, dict) and "Ref" in arn
+    ]
+    assert policies, "the execution role's own managed policy"
+    for policy in policies:
+        assert _reaches(serving, drain, policy), "the role's policy must outlive the drain"
+    [vpc_config] = [config["Properties"]["VpcConfig"]]
+    assert body["Properties"]["SecurityGroupIds"] == vpc_config["SecurityGroupIds"]
+
+
+def _listed(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else value
+
+
+def test_the_eni_drains_functions_may_only_describe_network_interfaces(dev_templates) -> None:
+    serving = dev_templates["lora-dev-serving"]
+    actions = {
+        action
+        for name, policy in resources(serving, "AWS::IAM::Policy").items()
+        if "EniDrain" in name
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        for action in _listed(statement["Action"])
+        if not action.startswith(("lambda:", "logs:", "states:"))
+    }
+    assert actions == {"ec2:DescribeNetworkInterfaces"}
+
+
+def test_the_eni_drains_logs_are_encrypted_and_expire(dev_templates) -> None:
+    serving = dev_templates["lora-dev-serving"]
+    drains = {k: v for k, v in resources(serving, "AWS::Logs::LogGroup").items() if "EniDrain" in k}
+    assert drains, "the drain's functions and waiter log to a group of the stack's own"
+    for body in drains.values():
+        assert "KmsKeyId" in body["Properties"] and body["Properties"]["RetentionInDays"] >= 30
