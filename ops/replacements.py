@@ -10,6 +10,13 @@ type changes. A replacement creates the new resource before deleting the old one
 * a replaced stateful resource (bucket, key, repository, cache, secret, log group) loses its data,
   which is allowed only where the environment file says so (``allow_replacement``).
 
+* a replaced resource whose ``Ref`` or attribute another stack imports (``Fn::ImportValue`` of
+  an ``Export``; ``@aws-cdk/core:defaultCrossStackReferences`` is ``strong`` in cdk.json) fails
+  the producer's update: CloudFormation refuses to change an export that is in use ("you can't
+  modify or remove an output value that is referenced by another stack", CloudFormation user
+  guide, exporting stack output values; deploy review r3, finding 12). The remedy is CDK's
+  two-deploy weakening (aws-cdk-lib's README, "Resolving the deadly embrace").
+
 A property that refers (``Ref`` / ``Fn::GetAtt``) to a replaced resource gets a new value, so the
 replacement cascades through create-only properties that hold such references.
 
@@ -25,7 +32,7 @@ import json
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -107,6 +114,8 @@ class Replacement:
     type: str
     because: tuple[str, ...]
     fixed_name: str | None = None
+    #: Exports of this resource's values that other stacks import: (export name, importers).
+    imported: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def stateful(self) -> bool:
@@ -118,6 +127,14 @@ class Replacement:
             return (
                 f"has the fixed name {self.fixed_name!r}: CloudFormation cannot create the "
                 "replacement beside it; let CloudFormation name it, or change the name too"
+            )
+        if self.imported:
+            uses = "; ".join(f"{name} by {', '.join(by)}" for name, by in self.imported)
+            return (
+                f"is exported and imported ({uses}): CloudFormation cannot change an export in "
+                "use, so the update fails; first weaken the reference "
+                "(CrossStackReferences.of(resource).produce(ReferenceStrength.BOTH) in CDK) and "
+                "deploy the importing stacks, then replace it"
             )
         if self.stateful and not ({self.logical_id, f"{self.stack}/{self.logical_id}"} & allowed):
             return (
@@ -169,7 +186,13 @@ def replacements(stack: str, old: dict[str, Any], new: dict[str, Any]) -> list[R
         fixed = None
         for name in name_properties(rtype):
             value = props_b.get(name)
-            if value is not None and value == props_a.get(name):
+            # A name that refers to another resource of the stack (a replication group's
+            # CacheSubnetGroupName) names that resource, not this one.
+            if (
+                value is not None
+                and value == props_a.get(name)
+                and not _refers_to(value, set(after) - {lid})
+            ):
                 fixed = value if isinstance(value, str) else json.dumps(value)
                 break
         out.append(Replacement(stack, lid, rtype, tuple(because), fixed))
@@ -181,12 +204,33 @@ def check(
 ) -> tuple[list[Replacement], list[tuple[Replacement, str]]]:
     """Every replacement between two sets of templates (by stack), and the forbidden ones."""
     found = [
-        r
+        with_imports(r, old)
         for stack in sorted(set(old) & set(new))
         for r in replacements(stack, old[stack], new[stack])
     ]
     bad = [(r, p) for r in found if (p := r.problem(allowed)) is not None]
     return found, bad
+
+
+def with_imports(r: Replacement, deployed: dict[str, dict[str, Any]]) -> Replacement:
+    """``r`` with the exports of its values that the deployed stacks import (the importers are
+    the deployed ones: the producer's stack updates before them)."""
+    outputs = deployed.get(r.stack, {}).get("Outputs", {})
+    exported = [
+        o["Export"]["Name"]
+        for o in outputs.values()
+        if isinstance(o.get("Export", {}).get("Name"), str)
+        and _refers_to(o.get("Value"), {r.logical_id})
+    ]
+    imported = []
+    for name in exported:
+        needle = json.dumps({"Fn::ImportValue": name})
+        by = tuple(
+            sorted(s for s, t in deployed.items() if s != r.stack and needle in json.dumps(t))
+        )
+        if by:
+            imported.append((name, by))
+    return replace(r, imported=tuple(imported)) if imported else r
 
 
 def render(env: str, found: list[Replacement], bad: list[tuple[Replacement, str]]) -> str:

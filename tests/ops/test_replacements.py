@@ -149,3 +149,47 @@ def test_the_command_prints_replacements_and_passes_on_a_routine_change(tmp_path
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "AWS::SageMaker::Model) is replaced: PrimaryContainer changed" in proc.stdout
     assert "ok " in proc.stdout
+
+
+def test_replacing_an_exported_resource_fails_naming_its_importers() -> None:
+    """Deploy review r3, finding 12: the cache's endpoint address is exported to the router; a
+    replaced replication group changes it, which CloudFormation refuses while the router imports
+    it, even where the environment allows the cache to be recreated empty."""
+    from ops.replacements import snapshots_at
+
+    deployed = snapshots_at("dev", None, ROOT)
+    new = copy.deepcopy(deployed)
+    cache = new["lora-dev-cache"]
+    [(group, body)] = resources(cache, "AWS::ElastiCache::ReplicationGroup").items()
+    body["Properties"]["Port"] = body["Properties"].get("Port", 6379) + 1
+    allowed = frozenset({f"lora-dev-cache/{group}"})
+    found, bad = check(deployed, new, allowed)
+    [problem] = [p for r, p in bad if r.logical_id == group]
+    assert "imported" in problem and "lora-dev-router" in problem
+    assert "ReferenceStrength.BOTH" in problem
+    assert "lora-dev-router" in render("dev", found, bad)
+
+
+def test_replacing_a_resource_nobody_imports_stays_routine() -> None:
+    old = {
+        "a": {
+            "Resources": {
+                "Sg": {
+                    "Type": "AWS::EC2::SecurityGroup",
+                    "Properties": {"GroupDescription": "x", "VpcId": "vpc-1"},
+                }
+            },
+            "Outputs": {"Out": {"Value": {"Ref": "Sg"}, "Export": {"Name": "a:Sg"}}},
+        },
+        "b": {"Resources": {}},
+    }
+    new = copy.deepcopy(old)
+    new["a"]["Resources"]["Sg"]["Properties"]["GroupDescription"] = "y"
+    found, bad = check(old, new, frozenset())
+    assert [r.logical_id for r in found] == ["Sg"] and not bad
+    old["b"]["Resources"]["Rule"] = {
+        "Type": "AWS::EC2::SecurityGroupIngress",
+        "Properties": {"GroupId": {"Fn::ImportValue": "a:Sg"}},
+    }
+    _, bad = check(old, new, frozenset())
+    assert len(bad) == 1 and "a:Sg by b" in bad[0][1]
