@@ -135,6 +135,20 @@ class ReleaseError(RuntimeError):
     pass
 
 
+#: Where a release looks for ``NAME.tar.gz`` archives, and where a teardown keeps them.
+ARCHIVES = ROOT / ".artifacts" / "adapters"
+
+
+def artifact_bucket(dep: Deployment, account: str, region: str) -> str:
+    """The environment's artifact bucket: its own name, or the stateful stack's deterministic
+    one (``infra.adapters.artifact_bucket_name``)."""
+    return dep.env.artifact_bucket or f"{dep.env.prefix}-artifacts-{account}-{region}"
+
+
+def adapter_key(name: str, version: str) -> str:
+    return f"{ADAPTER_PREFIX}{name}/{version}/adapter.tar.gz"
+
+
 class Tools:
     """Everything outside this process and AWS's APIs. The tests pass a recording stand-in."""
 
@@ -205,7 +219,7 @@ class Release:
     tools: Tools = field(default_factory=Tools)
     catalog: Path = CATALOG_PATH
     environments_dir: Path = ENVIRONMENTS_DIR
-    archives: Path = ROOT / ".artifacts" / "adapters"
+    archives: Path = ARCHIVES
     training_role: str | None = None
     #: The base weights, for publish to evaluate archives again (those of training jobs carry
     #: the job's recorded metrics instead).
@@ -224,9 +238,7 @@ class Release:
                 f"environment {self.env!r} is account {self.dep.env.account}, but the "
                 f"credentials are account {self.account}"
             )
-        self.bucket = self.dep.env.artifact_bucket or (
-            f"{self.dep.env.prefix}-artifacts-{self.account}-{self.region}"
-        )
+        self.bucket = artifact_bucket(self.dep, self.account, self.region)
         self.s3 = self.session.client("s3", region_name=self.region)
         self.ecr = self.session.client("ecr", region_name=self.region)
         self.cfn = self.session.client("cloudformation", region_name=self.region)
@@ -391,7 +403,7 @@ class Release:
         return json.loads(body)
 
     def adapter_key(self, name: str, version: str) -> str:
-        return f"{ADAPTER_PREFIX}{name}/{version}/adapter.tar.gz"
+        return adapter_key(name, version)
 
     def adapter_state(self, name: str, canary: bool = False) -> str:
         """``done`` when the archive is in the bucket with the catalog's hash (when pinned);
@@ -811,7 +823,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--archives",
         type=Path,
-        default=ROOT / ".artifacts" / "adapters",
+        default=ARCHIVES,
         help="where NAME.tar.gz archives are looked for",
     )
     ap.add_argument(

@@ -25,7 +25,7 @@ from contracts.manifests import (
     MergedManifest,
 )
 from ops.release import BASE_MANIFEST, STEPS, Release, ReleaseError, Tools
-from tests.infra.conftest import CONFIG, edited_config, synth_in_process
+from tests.infra.conftest import CONFIG, PSEUDO, edited_config, resolve, synth_in_process
 from training.package import pack, sha256_file, write_manifest
 
 pytestmark = pytest.mark.synth
@@ -52,6 +52,11 @@ class FakeTools(Tools):
             assert "--require-approval" in argv and "never" in argv
             names = argv[argv.index("events") + 1 :]
             self._deploy(sorted(self.release.templates) if names == ["--all"] else names)
+        elif argv[:4] == ["npx", "--no-install", "cdk", "destroy"]:
+            assert "--force" in argv and argv[argv.index("-c") + 1] == "env=dev"
+            pattern = argv[4]
+            assert pattern.endswith("-*"), "an environment's own stacks, never --all"
+            self.destroy(pattern.removesuffix("-*"))
         elif argv[:2] == ["docker", "login"]:
             assert argv[argv.index("--username") + 1] == "AWS" and input
         elif argv[:3] == ["docker", "buildx", "build"]:
@@ -87,21 +92,41 @@ class FakeTools(Tools):
         placeholder = json.dumps(
             {"Resources": {"H": {"Type": "AWS::CloudFormation::WaitConditionHandle"}}}
         )
+        backend = cloudformation_backends[ACCOUNT][REGION]
+        held = self._held(name)
         try:
             cfn.describe_stacks(StackName=name)
         except cfn.exceptions.ClientError:
             cfn.create_stack(StackName=name, TemplateBody=placeholder)
             if name.endswith("-stateful"):
                 self._stateful()
-        backend = cloudformation_backends[ACCOUNT][REGION]
         (stack,) = [s for s in backend.stacks.values() if s.name == name]
         stack.template = json.dumps(template)
-        self._groups(template)
+        self._groups(template, held)
 
     @staticmethod
-    def _groups(template: dict) -> None:
+    def _held(name: str) -> set[str]:
+        """The model package groups the deployed stack ``name`` already holds."""
+        from moto.cloudformation.models import cloudformation_backends
+
+        backend = cloudformation_backends[ACCOUNT][REGION]
+        stacks = [
+            s for s in backend.stacks.values() if s.name == name and s.status != "DELETE_COMPLETE"
+        ]
+        if not stacks:
+            return set()
+        return {
+            r["Properties"]["ModelPackageGroupName"]
+            for r in json.loads(stacks[0].template).get("Resources", {}).values()
+            if r["Type"] == "AWS::SageMaker::ModelPackageGroup"
+        }
+
+    @staticmethod
+    def _groups(template: dict, held: set[str]) -> None:
         """The model package groups a deployed template declares, and only those: a group no
-        stack created does not exist (CreateModelPackage refuses it, as SageMaker would)."""
+        stack created does not exist (CreateModelPackage refuses it, as SageMaker would), and a
+        stack cannot create a group of a name that exists outside it (CloudFormation's create
+        fails "already exists", as for every resource with a fixed name)."""
         sm = boto3.client("sagemaker", region_name=REGION)
         for r in template.get("Resources", {}).values():
             if r["Type"] != "AWS::SageMaker::ModelPackageGroup":
@@ -111,10 +136,64 @@ class FakeTools(Tools):
                 sm.describe_model_package_group(ModelPackageGroupName=group)
             except sm.exceptions.ClientError:
                 sm.create_model_package_group(ModelPackageGroupName=group)
+                continue
+            if group not in held:
+                raise ReleaseError(f"CREATE_FAILED: model package group {group} already exists")
+
+    def destroy(self, prefix: str) -> None:
+        """What ``npx cdk destroy 'PREFIX-*'`` leaves: every stack of the environment deleted,
+        and each resource this fake models deleted with it unless the deployed template's
+        ``DeletionPolicy`` keeps it (CDK's auto-delete custom resource empties a bucket first;
+        ``EmptyOnDelete`` a repository)."""
+        from moto.cloudformation.models import cloudformation_backends
+
+        backend = cloudformation_backends[ACCOUNT][REGION]
+        cfn = boto3.client("cloudformation", region_name=REGION)
+        s3 = boto3.resource("s3", region_name=REGION)
+        sm = boto3.client("sagemaker", region_name=REGION)
+        kms = boto3.client("kms", region_name=REGION)
+        ecr = boto3.client("ecr", region_name=REGION)
+        pseudo = {**PSEUDO, "AWS::AccountId": ACCOUNT, "AWS::Region": REGION}
+
+        def named(value):
+            return None if value is None else resolve(value, pseudo)
+
+        live = [s for s in backend.stacks.values() if s.status != "DELETE_COMPLETE"]
+        for stack in [s for s in live if s.name.startswith(f"{prefix}-")]:
+            for r in json.loads(stack.template).get("Resources", {}).values():
+                if r.get("DeletionPolicy", "Delete") != "Delete":
+                    continue
+                props = r.get("Properties", {})
+                if (
+                    r["Type"] == "AWS::S3::Bucket"
+                    and named(props.get("BucketName")) == self.release.bucket
+                ):
+                    bucket = s3.Bucket(self.release.bucket)
+                    bucket.object_versions.delete()
+                    bucket.delete()
+                elif r["Type"] == "AWS::ECR::Repository":
+                    ecr.delete_repository(repositoryName=props["RepositoryName"], force=True)
+                elif r["Type"] == "AWS::KMS::Alias":
+                    alias = props["AliasName"]
+                    key = kms.describe_key(KeyId=alias)["KeyMetadata"]["KeyId"]
+                    kms.delete_alias(AliasName=alias)
+                    kms.schedule_key_deletion(KeyId=key, PendingWindowInDays=7)
+                elif r["Type"] == "AWS::SageMaker::ModelPackageGroup":
+                    try:
+                        sm.delete_model_package_group(
+                            ModelPackageGroupName=props["ModelPackageGroupName"]
+                        )
+                    except sm.exceptions.ClientError as exc:
+                        raise ReleaseError(f"{stack.name} DELETE_FAILED: {exc}") from exc
+            cfn.delete_stack(StackName=stack.name)
 
     def _stateful(self) -> None:
+        """The stateful stack's named resources; one that a teardown kept fails the create, as
+        CloudFormation's "already exists" would."""
         dep = self.release.dep
         s3 = boto3.client("s3", region_name=REGION)
+        if self.release.bucket in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+            raise ReleaseError(f"CREATE_FAILED: bucket {self.release.bucket} already exists")
         s3.create_bucket(Bucket=self.release.bucket)
         kms = boto3.client("kms", region_name=REGION)
         key = kms.create_key()["KeyMetadata"]["KeyId"]
@@ -255,6 +334,38 @@ def make_archive(directory: Path, name: str, dep) -> Path:
     return archive
 
 
+def _delete_model_package(self):
+    """DeleteModelPackage, which moto lacks (botocore still serializes the call from AWS's
+    model): the version is gone."""
+    from moto.core.responses import EmptyResult
+    from moto.sagemaker.exceptions import ValidationError
+
+    backend = self.sagemaker_backend
+    name = self._get_param("ModelPackageName")
+    arn = backend.model_package_name_mapping.get(name, name)
+    if backend.model_packages.pop(arn, None) is None:
+        raise ValidationError(f"Model package {name} not found")
+    return EmptyResult()
+
+
+def _delete_model_package_group(self):
+    """DeleteModelPackageGroup, which moto lacks, at its strictest: SageMaker's API reference
+    lists a ConflictException without saying when, so a group that still holds versions is
+    refused (its stack would end DELETE_FAILED)."""
+    from moto.core.responses import EmptyResult
+    from moto.sagemaker.exceptions import ConflictException, ValidationError
+
+    backend = self.sagemaker_backend
+    group = self._get_param("ModelPackageGroupName")
+    if group not in backend.model_package_groups:
+        raise ValidationError(f"Model Package Group {group} does not exist")
+    held = [p for p in backend.model_packages.values() if p.model_package_group_name == group]
+    if held:
+        raise ConflictException(f"Model Package Group {group} holds {len(held)} version(s)")
+    del backend.model_package_groups[group]
+    return EmptyResult()
+
+
 @pytest.fixture
 def account(monkeypatch):
     for key, value in {
@@ -263,6 +374,14 @@ def account(monkeypatch):
         "AWS_DEFAULT_REGION": REGION,
     }.items():
         monkeypatch.setenv(key, value)
+    from moto.sagemaker.responses import SageMakerResponse
+
+    monkeypatch.setattr(
+        SageMakerResponse, "delete_model_package", _delete_model_package, raising=False
+    )
+    monkeypatch.setattr(
+        SageMakerResponse, "delete_model_package_group", _delete_model_package_group, raising=False
+    )
     for ci in ("CI", "CODEBUILD_BUILD_ID"):  # a developer's release unless a test says CI
         monkeypatch.delenv(ci, raising=False)
     with mock_aws():
@@ -734,11 +853,8 @@ def test_a_merged_entry_is_merged_and_staged_in_the_adapters_step(setup) -> None
     assert not [c for c in setup["tools"].calls if c[0] == "merge"], "staged once"
 
 
-def test_adding_an_adapter_to_a_released_environment_releases_it_to_the_end(setup) -> None:
-    """Finding 6: the new entry's model package group is in no deployed template yet, and
-    CreateModelPackage never creates a group; the stacks step deploys the registry shards again
-    before publish registers the new version."""
-    released(setup)
+def add_entry(setup: dict) -> None:
+    """One new catalog entry, as a user commits it: a task of the built-in set, a tenant."""
     data = yaml.safe_load(setup["catalog"].read_text())
     data["adapters"].append(
         {
@@ -752,6 +868,14 @@ def test_adding_an_adapter_to_a_released_environment_releases_it_to_the_end(setu
         }
     )
     setup["catalog"].write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def test_adding_an_adapter_to_a_released_environment_releases_it_to_the_end(setup) -> None:
+    """Finding 6: the new entry's model package group is in no deployed template yet, and
+    CreateModelPackage never creates a group; the stacks step deploys the registry shards again
+    before publish registers the new version."""
+    released(setup)
+    add_entry(setup)
     setup["tools"].calls.clear()
     outcome = released(setup)
     assert outcome["stacks"] == "done" and outcome["deploy"] == "ran", outcome
@@ -787,3 +911,37 @@ def test_a_stuck_stack_state_names_its_remedy(setup, status, remedy) -> None:
     stack.status = status
     state = release.stack_deployed("lora-dev-network")
     assert state.startswith(f"in state {status}: ") and remedy in state, state
+
+
+def test_a_whole_first_day_release_add_an_adapter_tear_down_and_recreate(setup) -> None:
+    """Deploy review r3, must-show: an empty account released, one new catalog entry released to
+    the end, the environment torn down by its own stacks, and released again from nothing: the
+    recreate meets no resource the teardown left behind."""
+    released(setup)
+    add_entry(setup)
+    assert released(setup)["deploy"] == "ran"
+    assert setup["release"]().run() == dict.fromkeys(STEPS, "done")
+
+    from ops.teardown import teardown
+
+    teardown(
+        boto3.Session(region_name=REGION),
+        setup["release"]().dep,
+        setup["tools"].run,
+        archives=setup["tmp"] / "archives",
+        log=print,
+    )
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    left = [
+        s["StackName"]
+        for s in cfn.list_stacks()["StackSummaries"]
+        if s["StackStatus"] != "DELETE_COMPLETE" and s["StackName"].startswith("lora-dev-")
+    ]
+    assert left == []
+    setup["tools"].calls.clear()
+    outcome = released(setup)
+    assert outcome["deploy"] == "ran" and outcome["smoke"] == "ran", outcome
+    sm = boto3.client("sagemaker", region_name=REGION)
+    packages = sm.list_model_packages(ModelPackageGroupName="lora-dev-contracts-summary")
+    assert len(packages["ModelPackageSummaryList"]) == 1, "registered again in the new group"
+    assert setup["release"]().run() == dict.fromkeys(STEPS, "done")

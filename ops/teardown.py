@@ -1,0 +1,155 @@
+"""``make destroy ENV=NAME`` (``python -m ops.teardown --env NAME``): tear an environment without
+deletion protection down by its own stacks, so that ``make release`` creates it again from
+nothing.
+
+1. The environment must not ask for deletion protection: staging and prod keep their data by
+   design (``RetainExceptOnCreate``); the README's teardown table says what stays and how a
+   recreate adopts it.
+2. The credentials must be the environment's account, when it names one.
+3. Every version in the adapters' model package groups is deleted first. SageMaker's API
+   reference lists a ``ConflictException`` for ``DeleteModelPackageGroup`` without saying when;
+   a group that still holds versions is the likely one, and it would leave its
+   ``PREFIX-registry-NN`` stack ``DELETE_FAILED``. Deleting the versions is what makes the
+   teardown whole, and it is why protected environments are refused.
+4. Before anything is deleted, the catalog's adapter archives are copied from the bucket to the
+   release's archives folder (``.artifacts/adapters/NAME.tar.gz``): the catalog pins each one's
+   sha256, and a retrained archive never has the same, so ``make release`` recreates the
+   environment from these copies.
+5. ``npx cdk destroy 'PREFIX-*' --force``: the environment's stacks in reverse dependency order,
+   never ``lora-fleet-account`` (which every environment of the account shares). The serving
+   stack waits for SageMaker to remove its endpoint's network interfaces before its execution
+   role goes (``infra.eni_drain``), so the network stack deletes cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from config import CATALOG_PATH, ENVIRONMENTS_DIR, Deployment, load_deployment
+from ops.release import ARCHIVES, adapter_key, artifact_bucket
+
+
+class TeardownError(RuntimeError):
+    """The teardown was refused or failed; the message says why."""
+
+
+def destroy_command(dep: Deployment) -> list[str]:
+    return [
+        "npx",
+        "--no-install",
+        "cdk",
+        "destroy",
+        f"{dep.env.prefix}-*",
+        "--force",
+        "-c",
+        f"env={dep.env.name}",
+    ]
+
+
+def environment_groups(sm: Any, dep: Deployment) -> list[str]:
+    """The model package groups named for this environment (``PREFIX-NAME``), the catalog's and
+    any whose entry has left it since: ``make check`` refuses a prefix that begins with another
+    environment's ``PREFIX-``, so the name says whose a group is."""
+    head = f"{dep.env.prefix}-"
+    pages = sm.get_paginator("list_model_package_groups").paginate(NameContains=head)
+    return sorted(
+        g["ModelPackageGroupName"]
+        for page in pages
+        for g in page["ModelPackageGroupSummaryList"]
+        if g["ModelPackageGroupName"].startswith(head)
+    )
+
+
+def delete_versions(sm: Any, dep: Deployment, log: Callable[[str], None]) -> int:
+    """Every model package in the environment's groups. Returns how many were deleted."""
+    deleted = 0
+    for group in environment_groups(sm, dep):
+        pages = sm.get_paginator("list_model_packages").paginate(ModelPackageGroupName=group)
+        arns = [p["ModelPackageArn"] for page in pages for p in page["ModelPackageSummaryList"]]
+        for arn in arns:
+            sm.delete_model_package(ModelPackageName=arn)
+        log(f"  {group}: deleted {len(arns)} version(s)")
+        deleted += len(arns)
+    return deleted
+
+
+def save_archives(
+    s3: Any, dep: Deployment, bucket: str, archives: Path, log: Callable[[str], None]
+) -> list[str]:
+    """Each catalog adapter's published archive (its catalog version) as ``NAME.tar.gz`` in
+    ``archives``; an archive already there with the same bytes is left, one missing from the
+    bucket is named. Returns the names saved."""
+    archives.mkdir(parents=True, exist_ok=True)
+    saved = []
+    for a in dep.adapters:
+        key = adapter_key(a.name, a.entry.version)
+        try:
+            body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except s3.exceptions.ClientError as exc:
+            log(
+                f"  {a.name}: no archive at s3://{bucket}/{key} "
+                f"({exc.response['Error']['Code']}); it trains again on release"
+            )
+            continue
+        (archives / f"{a.name}.tar.gz").write_bytes(body)
+        saved.append(a.name)
+    log(f"  {len(saved)} archive(s) kept")
+    return saved
+
+
+def teardown(
+    session: Any,
+    dep: Deployment,
+    run: Callable[[list[str]], None],
+    *,
+    archives: Path = ARCHIVES,
+    log: Callable[[str], None] = print,
+) -> None:
+    env = dep.env
+    if not env.deployable:
+        raise TeardownError(f"environment {env.name!r} deploys nothing to AWS")
+    if env.deletion_protection:
+        raise TeardownError(
+            f"environment {env.name!r} has deletion_protection: its data is kept by design; "
+            "see the README's teardown table for destroying it by hand"
+        )
+    found = session.client("sts").get_caller_identity()["Account"]
+    if env.account is not None and env.account != found:
+        raise TeardownError(f"the credentials are account {found}, {env.name!r} is {env.account}")
+    log(f"[1/3] the catalog's adapter archives, kept in {archives}")
+    save_archives(
+        session.client("s3"), dep, artifact_bucket(dep, found, session.region_name), archives, log
+    )
+    log(f"[2/3] model package versions of {env.prefix}'s adapters")
+    delete_versions(session.client("sagemaker"), dep, log)
+    log(f"[3/3] stacks {env.prefix}-* (lora-fleet-account stays)")
+    run(destroy_command(dep))
+    log(f"{env.name} torn down; make release ENV={env.name} creates it again")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ops.teardown", description=__doc__)
+    ap.add_argument("--env", required=True)
+    ap.add_argument("--archives", type=Path, default=ARCHIVES, help="where archives are kept")
+    ap.add_argument("--catalog", default=CATALOG_PATH)
+    ap.add_argument("--environments-dir", default=ENVIRONMENTS_DIR)
+    args = ap.parse_args(argv)
+    import boto3
+
+    from ops.release import ReleaseError, Tools
+
+    try:
+        dep = load_deployment(args.env, args.catalog, args.environments_dir)
+        teardown(boto3.Session(), dep, Tools().run, archives=args.archives)
+    except (TeardownError, ReleaseError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
