@@ -176,6 +176,19 @@ def _capacity(dep: Deployment) -> tuple[list[str], list[str]]:
     return [], [f"  warning: environment {dep.env.name!r}: {w}" for w in p.warnings]
 
 
+def _account_warnings(dep: Deployment) -> list[str]:
+    """Deploy review r3, finding 13: an environment with no ``account`` synthesizes
+    account-agnostic stacks (AZs picked by name, quotas unknown). Warned here, where the shipped
+    environment files are checked before anyone has an account; ``make preflight``, the first
+    step of ``make release``, refuses it."""
+    if not dep.env.deployable or dep.env.account is not None:
+        return []
+    return [
+        f"  warning: environment {dep.env.name!r} names no account: set `account:` in its file "
+        "before releasing (make preflight refuses it; AZs and quotas are planned per account)"
+    ]
+
+
 def _plan(env: str) -> int:
     from config.plan import CapacityError, plan
 
@@ -220,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         errors, notes = _token_issues(dep, args.catalog)
         capacity_errors, warnings = _capacity(dep)
         errors += capacity_errors
-        notes += warnings
+        notes += warnings + _account_warnings(dep)
         for line in notes:
             print(line)
         for line in errors:
