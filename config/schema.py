@@ -274,10 +274,18 @@ class _Published(_Strict):
     answer only when it matches), and the base revision its gate ran on (``make check``
     refuses a catalog whose base moved on since)."""
 
-    artifact: str | None = None
-    sha256: str | None = None
-    weights_sha256: str | None = None
-    gated_base_revision: str | None = None
+    artifact: str | None = Field(
+        default=None, description="an archive published elsewhere (s3://...tar.gz) to serve as is"
+    )
+    sha256: str | None = Field(
+        default=None, description="the archive's sha256, written by `make release` (publish)"
+    )
+    weights_sha256: str | None = Field(
+        default=None, description="the adapter weights' sha256, written by publish"
+    )
+    gated_base_revision: str | None = Field(
+        default=None, description="the base revision the gate ran on, written by publish"
+    )
 
     @field_validator("artifact")
     @classmethod
@@ -337,15 +345,23 @@ class PreviousVersion(_Published):
 
 
 class AdapterEntry(_Published):
-    name: str = Field(min_length=1)
-    version: str = Field(pattern=VERSION_PATTERN)
-    base: str
-    task: str
+    name: str = Field(min_length=1, description="the adapter's name in every request and URL")
+    version: str = Field(
+        pattern=VERSION_PATTERN, description="bumped for every new archive (publish refuses reuse)"
+    )
+    base: str = Field(description="a key of base_models")
+    task: str = Field(
+        description="a built-in task (its profile: dataset, metric, rank) or a custom task's name"
+    )
     description: str = ""
-    rank: int | None = Field(default=None, gt=0)
-    alpha: int | None = Field(default=None, gt=0)
-    targets: Targets | None = None
-    dropout: float | None = Field(default=None, ge=0.0, lt=1.0)
+    rank: int | None = Field(default=None, gt=0, description="LoRA rank; default: the task's")
+    alpha: int | None = Field(default=None, gt=0, description="LoRA alpha; default: the task's")
+    targets: Targets | None = Field(
+        default=None, description="which linear layers LoRA adapts; default: the task's"
+    )
+    dropout: float | None = Field(
+        default=None, ge=0.0, lt=1.0, description="LoRA dropout; default: the task's"
+    )
     training: TrainingOverrides = Field(default_factory=TrainingOverrides)
     dataset: str | None = Field(
         default=None,
@@ -353,7 +369,7 @@ class AdapterEntry(_Published):
         "JSONL, CSV or Parquet file in the repository, or an s3:// URI of one "
         "(config.dataset_files)",
     )
-    dataset_seed: int = 0
+    dataset_seed: int = Field(default=0, description="the built-in generator's seed")
     instruction: str | None = Field(
         default=None,
         min_length=1,
@@ -374,7 +390,9 @@ class AdapterEntry(_Published):
     #: rank follows it); None for a generator or an S3 object not read here.
     _dataset_records: int | None = PrivateAttr(default=None)
     allow: AccessPolicy = Field(default_factory=AccessPolicy)
-    pin: bool = False
+    pin: bool = Field(
+        default=False, description="kept loaded on the accelerator (never evicted by the LRU)"
+    )
     quota: QuotaLimits | None = Field(
         default=None, description="per-tenant limits on this adapter, besides the environment's"
     )
