@@ -36,5 +36,15 @@ class Options:
         return f"http://{self.host}:{port}"
 
 
+def port_flags(ports: dict[str, int]) -> list[str]:
+    """``python -m local up``'s port options for ``{"gateway": .., "endpoint": .., "runtime":
+    ..}``: how a test or a benchmark runs a platform beside a user's own."""
+    return [
+        flag
+        for kind in ("gateway", "endpoint", "runtime")
+        for flag in (f"--{kind}-port", str(ports[kind]))
+    ]
+
+
 class PlatformError(RuntimeError):
     pass
