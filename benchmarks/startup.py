@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.results import cores, write_section
 from config import load_deployment
+from local.options import port_flags
 
 PLAYGROUND_GOAL_S = 300.0
 CACHED_GOAL_S = 60.0
@@ -63,15 +64,7 @@ class Platform:
             str(self.artifacts),
         ]
         if verb == "up":
-            base += [
-                "--gateway-port",
-                str(self.ports["gateway"]),
-                "--endpoint-port",
-                str(self.ports["endpoint"]),
-                "--runtime-port",
-                str(self.ports["runtime"]),
-                "--no-tour",
-            ]
+            base += [*port_flags(self.ports), "--no-tour"]
         return [*base, *extra]
 
     def up(self, log: Path) -> subprocess.Popen:

@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parents[1]
+#: The pid of make up's trainer this session paused, if any.
+_PAUSED = pytest.StashKey["int | None"]()
+
 
 @pytest.fixture(scope="session")
 def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -69,20 +73,36 @@ def synth_edited(tmp_path: Path):
     return run
 
 
-@pytest.fixture(scope="session", autouse=True)
-def background_training_yields():
+def _say(config: pytest.Config, line: str) -> None:
+    """A line the user sees whatever the capture: through pytest's terminal reporter (a write to
+    stderr from a fixture is captured at the descriptor and shown only on a failure)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(line)
+    else:
+        sys.__stderr__.write(line + "\n")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
     """``make test`` beside ``make up``: the background trainer is paused for the run (on two
     cores it kept a core whatever its priority, and 39 fixtures timed out) and resumes after."""
-    from local.trainer import pause_running_trainer, resume
+    from local.trainer import pause_running_trainer
 
-    state = Path(__file__).resolve().parents[1] / ".local"
-    pid = pause_running_trainer(state)
+    pid = pause_running_trainer(ROOT / ".local")
+    session.config.stash[_PAUSED] = pid
     if pid is not None:
-        # Past pytest's capture: the user sees it whatever the options.
-        sys.__stderr__.write(
-            f"\nfound make up's background training in progress (pid {pid}): paused while the "
-            "tests run, it resumes after them\n"
+        _say(
+            session.config,
+            f"found make up's background training in progress (pid {pid}): paused while the "
+            "tests run, it resumes after them",
         )
-    yield
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from local.trainer import resume
+
+    pid = session.config.stash.get(_PAUSED, None)
     if pid is not None:
         resume(pid)
+        _say(session.config, f"make up's background training (pid {pid}) resumed")

@@ -19,10 +19,15 @@ import pytest
 import yaml
 
 from config import CATALOG_PATH, ENVIRONMENTS_DIR
+from local.options import port_flags
+from tests.progress import run_with_progress
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 MAX_STEPS = "10"
+#: How long ``local up`` may print nothing before the fixture gives up, and its overall bound.
+STALL_S = 600.0
+BOUND_S = 3600.0
 REDIS_URL = "redis://127.0.0.1:6379/14"
 
 TINY_BASE = {
@@ -75,41 +80,34 @@ class Platform:
         return f"http://127.0.0.1:{self.ports['runtime']}"
 
     def up(self, *extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "local",
-                "up",
-                "--catalog",
-                str(self.catalog),
-                "--environments-dir",
-                str(self.environments),
-                "--state-dir",
-                str(self.state),
-                "--artifacts",
-                str(self.artifacts),
-                "--max-steps",
-                MAX_STEPS,
-                "--gateway-port",
-                str(self.ports["gateway"]),
-                "--endpoint-port",
-                str(self.ports["endpoint"]),
-                "--runtime-port",
-                str(self.ports["runtime"]),
-                "--redis-url",
-                REDIS_URL,
-                # The tiny base cannot pass the gate; the tests need every adapter served.
-                "--wait",
-                "--serve-unpublishable",
-                *extra,
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
+        """``python -m local up`` as a user runs it, waited on by its progress: each line it
+        prints (its steps, each adapter's training step) is progress; it fails after
+        ``STALL_S`` without one or ``BOUND_S`` in all, never on a fixed clock that a machine
+        busy with other work would miss (stdout and stderr are one stream here)."""
+        argv = [
+            sys.executable,
+            "-m",
+            "local",
+            "up",
+            "--catalog",
+            str(self.catalog),
+            "--environments-dir",
+            str(self.environments),
+            "--state-dir",
+            str(self.state),
+            "--artifacts",
+            str(self.artifacts),
+            "--max-steps",
+            MAX_STEPS,
+            *port_flags(self.ports),
+            "--redis-url",
+            REDIS_URL,
+            # The tiny base cannot pass the gate; the tests need every adapter served.
+            "--wait",
+            "--serve-unpublishable",
+            *extra,
+        ]
+        return run_with_progress(argv, cwd=ROOT, stall_s=STALL_S, bound_s=BOUND_S)
 
     def down(self) -> subprocess.CompletedProcess:
         return subprocess.run(
