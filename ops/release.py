@@ -93,7 +93,7 @@ def comparable(template: dict[str, Any]) -> dict[str, Any]:
 def stuck_remedy(stack: str, status: str) -> str:
     """What clears a stack state that no deploy can go on from (CloudFormation's stack status
     codes, user guide "Stack status codes"; deploy review r3, finding 17), in a sentence. The
-    README's runbook says more."""
+    runbook in docs/operate.md says more."""
     if status == "UPDATE_ROLLBACK_FAILED":
         return (
             f"continue the rollback (aws cloudformation continue-update-rollback --stack-name "

@@ -3,7 +3,7 @@ deletion protection down by its own stacks, so that ``make release`` creates it 
 nothing.
 
 1. The environment must not ask for deletion protection: staging and prod keep their data by
-   design (``RetainExceptOnCreate``); the README's teardown table says what stays and how a
+   design (``RetainExceptOnCreate``); docs/operate.md's teardown table says what stays and how a
    recreate adopts it.
 2. The credentials must be the environment's account, when it names one.
 3. Every version in the adapters' model package groups is deleted first. SageMaker's API
@@ -115,7 +115,7 @@ def teardown(
     if env.deletion_protection:
         raise TeardownError(
             f"environment {env.name!r} has deletion_protection: its data is kept by design; "
-            "see the README's teardown table for destroying it by hand"
+            "see the teardown table in docs/operate.md for destroying it by hand"
         )
     found = session.client("sts").get_caller_identity()["Account"]
     if env.account is not None and env.account != found:

@@ -1,7 +1,7 @@
 """The runtime's settings (``contracts.settings.RuntimeSettings``) as vLLM's engine arguments.
 
 Each ``OPTION_*`` keeps the meaning it had before vLLM became the engine; this module says which
-vLLM argument it becomes (the README's "Engine options" table lists the same mapping).
+vLLM argument it becomes (docs/model-server.md's "Engine options" table lists the same mapping).
 """
 
 from __future__ import annotations
