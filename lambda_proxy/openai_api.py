@@ -237,7 +237,9 @@ def _run(call: Call, req: _OpenAIRequest, prompt: dict[str, Any]) -> dict[str, A
             400, "stream: true needs the streaming router (lambda_proxy.web)", param="stream"
         )
     caller, route, native = authorize(call, req, prompt)
-    return service.serve(call, req.model, caller, route, native, t0, session=req.user)
+    return service.serve(
+        call, req.model, caller, route, native, t0, session=req.user, kind="openai"
+    )
 
 
 def finish(reason: str | None) -> str:

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from contracts.routing import CanaryRoute, Route
 from contracts.settings import RouterSettings
+from lambda_proxy import usage
 from lambda_proxy.auth import Caller, allowed, caller_from_event, listed
 from lambda_proxy.cache import CacheUnavailableError, ResponseCache, cache_key
 from lambda_proxy.canary import Canaries
@@ -512,9 +513,26 @@ def serve(
     req: GenerateRequest,
     t0: float,
     session: str | None = None,
+    kind: str = "native",
 ) -> dict[str, Any]:
-    """Quota, cache, SageMaker: the native answer. Both APIs come through here."""
-    prep = prepare(call, adapter, caller, route, req, session)
+    """Quota, cache, SageMaker: the native answer. Both APIs come through here (``kind``:
+    ``native`` or ``openai``), and each outcome is one usage record (``lambda_proxy.usage``)."""
+    try:
+        done = _answer(call, prepare(call, adapter, caller, route, req, session), t0)
+    except RouterError as exc:
+        ms = (time.perf_counter() - t0) * 1000
+        usage.record(
+            usage.of_failure(caller, route, adapter, kind, exc.status, ms, call.request_id)
+        )
+        raise
+    usage.record(usage.of_answer(caller, route, adapter, done, kind))
+    return done
+
+
+def _answer(call: Call, prep: Prepared, t0: float) -> dict[str, Any]:
+    """A prepared request's answer: from the cache, or from SageMaker (the stable version's
+    when the canary's component is not there)."""
+    adapter = prep.adapter
     hit, cache_status = lookup(prep)
     if hit is not None:
         return answer(adapter, prep.version, hit, "hit", t0, 0.0, call.request_id)

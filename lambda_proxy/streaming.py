@@ -35,7 +35,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from contracts.routing import Route
-from lambda_proxy import handler, openai_api, service
+from lambda_proxy import handler, openai_api, service, usage
 from lambda_proxy.sagemaker import InvokeError, open_stream, stream_lines
 from lambda_proxy.service import Call, RouterError
 from lambda_proxy.telemetry import count_now, logger
@@ -58,6 +58,9 @@ class StreamPlan:
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     #: API Gateway's request id.
     request_id: str | None = None
+    #: Who asked and the adapter's route: the stream's usage record (``lambda_proxy.usage``).
+    caller: Any = None
+    route: Route | None = None
 
 
 def refusal(kind: str, exc: RouterError, request_id: str | None) -> tuple[int, dict, bytes]:
@@ -95,7 +98,9 @@ def _admit(
 ) -> StreamPlan:
     prep = service.prepare(call, adapter, caller, route, req, session)
     hit, status = service.lookup(prep)
-    return StreamPlan(kind, adapter, prep, status, hit, t0, request_id=call.request_id)
+    return StreamPlan(
+        kind, adapter, prep, status, hit, t0, request_id=call.request_id, caller=caller, route=route
+    )
 
 
 class Stream:
@@ -299,6 +304,7 @@ class _Format:
         native = service.answer(
             p.model, p.prep.version, result, p.status, p.t0, model_ms, p.request_id
         )
+        usage.record(usage.of_answer(p.caller, p.route, p.model, native, "stream"))
         if p.kind == "native":
             yield sse(native, event="done")
             return
@@ -328,6 +334,11 @@ class _Format:
     def error(self, exc: InvokeError) -> Iterator[bytes]:
         # After the 200 status: API Gateway logs a success, so the failure is counted here.
         count_now(f"StreamError{exc.status}")
+        p = self.plan
+        ms = (time.perf_counter() - p.t0) * 1000
+        usage.record(
+            usage.of_failure(p.caller, p.route, p.model, "stream", exc.status, ms, p.request_id)
+        )
         service.count_canary(self.plan.prep, exc, count=count_now)
         if exc.status >= 500:  # API Gateway's 5XXError never sees it: alarmed on this one
             count_now("StreamServerError")
