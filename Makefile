@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 CDK := npx --no-install cdk
 
-.PHONY: setup up down synth diff snapshot release smoke test lint bench check plan promote rollback preflight bench-endpoint destroy docs
+.PHONY: setup up down synth diff snapshot release smoke test lint bench check plan promote rollback preflight bench-endpoint destroy docs usage
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -74,6 +74,9 @@ release: $(PY)  ## deploy in order: stacks, image, base weights, adapter archive
 
 bench-endpoint: $(PY)  ## measure a deployed environment through its router (SigV4): TTFT, TPOT, throughput, errors, popular vs rare p99: make bench-endpoint ENV=dev [URL=...] [ARGS=...]
 	$(PY) benchmarks/endpoint.py --env $(ENV) $(if $(URL),--url $(URL),) $(ARGS)
+
+usage: $(PY)  ## per tenant and adapter: requests, tokens, cache hits, latency, cost share, from the router's records: make usage ENV=dev [SINCE=7d] [CSV=usage.csv]
+	$(PY) -m ops.usage --env $(ENV) --since $(or $(SINCE),7d) $(if $(CSV),--csv $(CSV),)
 
 docs: $(PY)  ## serve the docs site at http://127.0.0.1:8100 (MkDocs; the test suite builds it with --strict)
 	$(PY) -m config.reference --write

@@ -852,6 +852,18 @@ class ObservabilityConfig(_Strict):
     error_alarm_5xx_per_5min: int = Field(default=5, ge=1)
 
 
+class CostConfig(_Strict):
+    """What ``make usage`` splits among tenants: the endpoint's instance-hours at this price."""
+
+    instance_hour_usd: float | None = Field(
+        default=None,
+        gt=0,
+        description="the on-demand price of one instance of serving.instance_type per hour, in "
+        "USD (the SageMaker pricing page, Real-Time Inference, for the environment's region); "
+        "unset: make usage reports no cost",
+    )
+
+
 class Environment(_Strict):
     name: str
     prefix: str = Field(min_length=1, max_length=40)
@@ -880,6 +892,7 @@ class Environment(_Strict):
     router: RouterConfig = Field(default_factory=RouterConfig)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
+    cost: CostConfig = Field(default_factory=CostConfig)
     artifact_bucket: str | None = Field(
         default=None,
         pattern=r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$",
