@@ -67,6 +67,24 @@ def _router(name: str) -> cw.Metric:
     )
 
 
+#: The dashboard's per-tenant panels: CloudWatch Logs Insights over the router's usage records.
+TENANT_QUERIES = {
+    "Top tenants by tokens": [
+        'filter message = "usage"',
+        "stats sum(usage.output_tokens) as tokens_out, sum(usage.input_tokens) as tokens_in, "
+        "count(*) as requests by usage.tenant",
+        "sort tokens_out desc",
+        "limit 10",
+    ],
+    "Top tenants by errors": [
+        'filter message = "usage" and usage.status >= 400',
+        "stats count(*) as errors by usage.tenant, usage.status",
+        "sort errors desc",
+        "limit 10",
+    ],
+}
+
+
 class Observability(Construct):
     """The alarm topic, the runtime's trace lines as metrics, the dashboard and the alarms."""
 
@@ -83,6 +101,7 @@ class Observability(Construct):
         super().__init__(scope, id)
         self.dep = dep
         self.api = {"ApiName": api_name, "Stage": stage}
+        self.function_name = function_name
         self._topic()
         self._trace_metrics()
         self._dashboard()
@@ -198,6 +217,22 @@ class Observability(Construct):
             cw.GraphWidget(title="Adapter load latency, p99 (ms)", width=8, left=load),
             cw.GraphWidget(title="Response cache hit rate (%)", width=8, left=[hit_rate]),
             cw.GraphWidget(title="Base component GPU memory (%)", width=8, left=[gpu_memory]),
+        )
+        self._tenant_widgets()
+
+    def _tenant_widgets(self) -> None:
+        """Per tenant, from the router's usage log lines (``lambda_proxy.usage``): the tenant
+        dimension of the metrics is bounded, the log lines name every caller."""
+        self.dashboard.add_widgets(
+            *(
+                cw.LogQueryWidget(
+                    title=title,
+                    width=12,
+                    log_group_names=[f"/aws/lambda/{self.function_name}"],
+                    query_lines=lines,
+                )
+                for title, lines in TENANT_QUERIES.items()
+            )
         )
 
     def _alarm(self, metric: cw.IMetric, cid: str, name: str, **options: object) -> cw.Alarm:
