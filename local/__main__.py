@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     _platform_args(down)
     status = sub.add_parser("status", help="the running processes")
     _platform_args(status)
+    use = sub.add_parser("usage", help="requests, tokens, cache hits, latency per tenant/adapter")
+    _platform_args(use)
+    use.add_argument("--csv", type=Path, default=None, help="also write the rows as CSV")
 
     ep = sub.add_parser("endpoint", help="(started by up) the local SageMaker endpoint")
     ep.add_argument("--host", default="127.0.0.1")
@@ -110,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "status":
         return _status(args.state_dir)
+    if args.command == "usage":
+        from local.usage import show
+
+        return show(args.state_dir, args.csv)
     opts = Options(
         env=args.env,
         catalog=args.catalog.resolve(),

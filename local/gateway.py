@@ -162,6 +162,12 @@ class LocalGateway:
     ) -> None:
         self.routing_table = routing_table
         self.state_dir = state_dir
+        if state_dir is not None:
+            # The router's usage records, kept for `python -m local usage` (local.usage).
+            from lambda_proxy import usage as router_usage
+            from local.usage import keeper
+
+            router_usage.SINKS.append(keeper(state_dir))
         self.catalog_file = catalog_file
         self.endpoint_url = endpoint_url
         self.runtime_url = runtime_url.rstrip("/")
@@ -435,6 +441,18 @@ def create_app(gateway: LocalGateway) -> ApiGateway:
         except RouterError as f:
             body = {"error": f.message, "status": f.status, "code": f.code, "details": f.details}
             return JSONResponse(body, status_code=f.status, headers=f.headers)
+
+    @app.get("/local/usage")
+    async def usage_rows() -> Response:
+        """Per tenant and adapter, what ``python -m local usage`` prints: the playground's usage
+        panel."""
+        from dataclasses import asdict
+
+        from local.usage import read
+        from ops.usage import aggregate
+
+        records = await asyncio.to_thread(read, gateway.state_dir) if gateway.state_dir else []
+        return JSONResponse({"rows": [asdict(r) for r in aggregate(records)]})
 
     @app.get("/local/status")
     async def status() -> Response:

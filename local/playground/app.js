@@ -198,6 +198,17 @@ async function refreshTrace() {
   $("trace-count").textContent = `${state.events.length} events`;
 }
 
+async function refreshUsage() {
+  // What `python -m local usage` prints: the router's usage records, per tenant and adapter.
+  const { status, body: u } = await getJSON("/local/usage");
+  if (status !== 200) return;
+  const rows = u.rows.map((r) => el("tr", {},
+    el("td", {}, r.tenant.split(":").pop()), el("td", {}, r.adapter), el("td", {}, r.requests),
+    el("td", {}, r.tokens_in), el("td", {}, r.tokens_out),
+    el("td", {}, `${Math.round(100 * r.cache_hit_share)}%`), el("td", {}, Math.round(r.p99_ms))));
+  $("usage").tBodies[0].replaceChildren(...rows);
+}
+
 $("query").addEventListener("input", updateButtons);
 $("run").addEventListener("click", () => run([state.selected.name]));
 $("compare").addEventListener("click", () => run(variants(state.selected).map((a) => a.name)));
@@ -206,3 +217,5 @@ loadCatalog().then(refreshStatus);
 refreshTrace();
 setInterval(refreshStatus, 3000);
 setInterval(refreshTrace, 1000);
+refreshUsage();
+setInterval(refreshUsage, 5000);

@@ -28,6 +28,7 @@ RUN = {
     "make lint",
     "python -m training.base --preset tiny --out /tmp/tiny-base",
     ".venv/bin/python -m training.launch --adapter sales-json --env dev --role ROLE_ARN --dry-run",
+    ".venv/bin/python -m local usage",
 }
 
 #: Commands not run by this test, by their first words, with why and what covers them.
@@ -38,6 +39,7 @@ EXCUSED = {
     "make preflight": "reads an AWS account; tests/ops/test_preflight.py runs it on stubs",
     "make release": "deploys to AWS; tests/ops/test_release.py runs it on moto, dry run included",
     "make smoke": "calls a deployed router; tests/ops/test_smoke.py",
+    "make usage": "reads CloudWatch Logs; tests/ops/test_usage.py runs it on stubbed clients",
     "make synth": "tests/infra/test_nag.py synthesizes every environment with the nag packs",
     "make snapshot": "rewrites infra/snapshots; tests/ops/test_snapshots.py checks they are fresh",
     "make promote": "edits the catalog; tests/config/test_rollout.py",

@@ -352,3 +352,42 @@ def test_a_refused_artifact_leaves_the_good_adapter_serving(platform, tmp_path) 
         timeout=120,
     ).json()
     assert {x["action"] for x in restored["actions"]} <= {"unchanged", "updated"}
+
+
+def test_local_usage_counts_the_requests_this_test_sent(platform, tmp_path) -> None:
+    """Each request through the gateway is one usage record, per tenant and adapter, with the
+    tokens its answer reports; ``python -m local usage`` prints them and writes CSV."""
+    import csv
+
+    dep = _deployment(platform)
+    name = next(a.name for a in dep.adapters if "clinic-north" in a.entry.allow.tenants)
+    tenant = "clinic-north"
+    sent, tokens_in, tokens_out = 0, 0, 0
+    with httpx.Client(base_url=platform.gateway, timeout=60) as client:
+        for i in range(3):
+            body = request_body(
+                "Expand the clinical shorthand into full medical terminology.",
+                f"pt {40 + i}yo m c/o sob {uuid.uuid4().hex[:8]}",
+                6,
+            )
+            answer = client.post(
+                f"/v1/adapters/{name}/generate", json=body, headers={"X-Local-Tenant": tenant}
+            )
+            assert answer.status_code == 200, answer.text
+            sent += 1
+            tokens_in += answer.json()["usage"]["input_tokens"]
+            tokens_out += answer.json()["usage"]["output_tokens"]
+    out = tmp_path / "usage.csv"
+    shown = subprocess.run(
+        [sys.executable, "-m", "local", "usage", "--state-dir", str(platform.state),
+         "--csv", str(out)],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    rows = {(r["tenant"], r["adapter"]): r for r in csv.DictReader(out.open())}
+    mine = rows[(f"000000000000:{tenant}", name)]
+    assert (int(mine["requests"]), int(mine["tokens_in"]), int(mine["tokens_out"])) == (
+        sent,
+        tokens_in,
+        tokens_out,
+    )
+    assert f"000000000000:{tenant}" in shown and name in shown

@@ -208,3 +208,34 @@ def test_the_how_this_works_panel_links_built_docs_pages(gateway, tmp_path, monk
         assert r.status_code == 200 and "<html" in r.text.lower(), link
     assert client.get("/docs/../../pyproject.toml").status_code == 404
     assert client.get("/docs/%2e%2e/%2e%2e/pyproject.toml").status_code == 404
+
+
+def test_the_usage_panel_reads_the_records_the_router_wrote(tmp_path, monkeypatch) -> None:
+    """A gateway with a state directory keeps the router's usage records
+    (``local.usage``); ``/local/usage`` and ``python -m local usage`` aggregate the same."""
+    from lambda_proxy import usage
+
+    monkeypatch.setattr(usage, "SINKS", [])
+    table = tmp_path / "routing_table.json"
+    table.write_text(json.dumps({"endpoint": "e", "base_component": "b", "adapters": {}}))
+    gw = LocalGateway(
+        routing_table=table,
+        endpoint_url="http://127.0.0.1:9",
+        runtime_url="http://127.0.0.1:9",
+        redis_url=None,
+        state_dir=tmp_path,
+    )
+    for tokens, hit in ((7, 0), (7, 1), (3, 0)):
+        usage.record(
+            usage.Usage("000000000000:demo", "000000000000:demo", "sales-json", "1.0.0", None,
+                        "native", 200, hit, 10, tokens, 12.5)
+        )  # fmt: skip
+    with TestClient(create_app(gw), base_url="http://127.0.0.1:8000") as client:
+        (row,) = client.get("/local/usage").json()["rows"]
+    assert (row["requests"], row["tokens_in"], row["tokens_out"]) == (3, 30, 17)
+    assert round(row["cache_hit_share"], 3) == 0.333
+    shown: list[str] = []
+    from local.usage import show
+
+    assert show(tmp_path, out=shown.append) == 0
+    assert "sales-json" in "\n".join(shown) and "3 requests" in shown[0]
