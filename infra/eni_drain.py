@@ -61,11 +61,17 @@ class EniDrain(Construct):
         security_groups: list[ec2.ISecurityGroup],
         key: kms.IKey,
         log_retention: logs.RetentionDays,
+        prefix: str,
     ) -> None:
         super().__init__(scope, id)
+        # Under /aws/vendedlogs/: the waiter state machine logs here, and Step Functions' guide
+        # ("Avoiding CloudWatch Logs resource policy size restrictions") asks for that prefix,
+        # or every state machine's group is added to the account's 5,120-character log
+        # delivery policy.
         self.log_group = logs.LogGroup(
             self,
             "Logs",
+            log_group_name=f"/aws/vendedlogs/states/{prefix}-eni-drain",
             retention=log_retention,
             encryption_key=key,
             removal_policy=RemovalPolicy.DESTROY,

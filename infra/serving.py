@@ -305,6 +305,7 @@ class Serving(Construct):
             security_groups=[security_group],
             key=key,
             log_retention=retention(self.dep.env.observability.log_retention_days),
+            prefix=self.dep.env.prefix,
         )
         self.drain.node.add_dependency(self.role, self.policy)
         self.endpoint.node.add_dependency(self.drain)

@@ -237,3 +237,6 @@ def test_the_eni_drains_logs_are_encrypted_and_expire(dev_templates) -> None:
     assert drains, "the drain's functions and waiter log to a group of the stack's own"
     for body in drains.values():
         assert "KmsKeyId" in body["Properties"] and body["Properties"]["RetentionInDays"] >= 30
+        # Step Functions' guide: a state machine's log group under /aws/vendedlogs/ keeps the
+        # account's log delivery resource policy under its 5,120 characters.
+        assert body["Properties"]["LogGroupName"].startswith("/aws/vendedlogs/states/")
