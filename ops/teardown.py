@@ -6,15 +6,15 @@ nothing.
    design (``RetainExceptOnCreate``); docs/operate.md's teardown table says what stays and how a
    recreate adopts it.
 2. The credentials must be the environment's account, when it names one.
-3. Every version in the adapters' model package groups is deleted first. SageMaker's API
+3. Before anything is deleted, the catalog's adapter archives are copied from the bucket to the
+   release's archives folder (``.artifacts/adapters/NAME.tar.gz``): the catalog pins each one's
+   sha256, and a retrained archive never has the same, so ``make release`` recreates the
+   environment from these copies.
+4. Every version in the environment's model package groups is deleted. SageMaker's API
    reference lists a ``ConflictException`` for ``DeleteModelPackageGroup`` without saying when;
    a group that still holds versions is the likely one, and it would leave its
    ``PREFIX-registry-NN`` stack ``DELETE_FAILED``. Deleting the versions is what makes the
    teardown whole, and it is why protected environments are refused.
-4. Before anything is deleted, the catalog's adapter archives are copied from the bucket to the
-   release's archives folder (``.artifacts/adapters/NAME.tar.gz``): the catalog pins each one's
-   sha256, and a retrained archive never has the same, so ``make release`` recreates the
-   environment from these copies.
 5. ``npx cdk destroy 'PREFIX-*' --force``: the environment's stacks in reverse dependency order,
    never ``lora-fleet-account`` (which every environment of the account shares). The serving
    stack waits for SageMaker to remove its endpoint's network interfaces before its execution
@@ -68,10 +68,19 @@ def delete_versions(sm: Any, dep: Deployment, log: Callable[[str], None]) -> int
     """Every model package in the environment's groups. Returns how many were deleted."""
     deleted = 0
     for group in environment_groups(sm, dep):
-        pages = sm.get_paginator("list_model_packages").paginate(ModelPackageGroupName=group)
+        # ListModelPackages' documented default is UNVERSIONED only (botocore's model).
+        pages = sm.get_paginator("list_model_packages").paginate(
+            ModelPackageGroupName=group, ModelPackageType="Versioned"
+        )
         arns = [p["ModelPackageArn"] for page in pages for p in page["ModelPackageSummaryList"]]
         for arn in arns:
-            sm.delete_model_package(ModelPackageName=arn)
+            try:
+                sm.delete_model_package(ModelPackageName=arn)
+            except sm.exceptions.ClientError as exc:
+                raise TeardownError(
+                    f"could not delete {arn}: {exc.response['Error'].get('Message', exc)}; "
+                    "nothing else was torn down after it"
+                ) from None
         log(f"  {group}: deleted {len(arns)} version(s)")
         deleted += len(arns)
     return deleted
@@ -81,8 +90,8 @@ def save_archives(
     s3: Any, dep: Deployment, bucket: str, archives: Path, log: Callable[[str], None]
 ) -> list[str]:
     """Each catalog adapter's published archive (its catalog version) as ``NAME.tar.gz`` in
-    ``archives``; an archive already there with the same bytes is left, one missing from the
-    bucket is named. Returns the names saved."""
+    ``archives`` (written over a file of that name); one missing from the bucket is named, and
+    trains again on the next release. Returns the names saved."""
     archives.mkdir(parents=True, exist_ok=True)
     saved = []
     for a in dep.adapters:

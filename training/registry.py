@@ -60,7 +60,10 @@ def find(sm: Any, group: str, version: str) -> Package | None:
     """The package registered for ``version`` in ``group``, if any."""
     from botocore.exceptions import ClientError
 
-    pages = sm.get_paginator("list_model_packages").paginate(ModelPackageGroupName=group)
+    # ListModelPackages' documented default is UNVERSIONED only (botocore's sagemaker model).
+    pages = sm.get_paginator("list_model_packages").paginate(
+        ModelPackageGroupName=group, ModelPackageType="Versioned"
+    )
     try:
         summaries = [s for page in pages for s in page.get("ModelPackageSummaryList", [])]
     except ClientError as exc:
