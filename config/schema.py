@@ -183,7 +183,8 @@ class BaseModelEntry(_Strict):
 #: ``ACCOUNT:NAME`` (another account's), ``ACCOUNT:*`` (every caller of that account) or ``*``.
 #: ``NAME`` (a role), ``user/NAME`` (an IAM user), either as ``ACCOUNT:...``, ``ACCOUNT:*`` or ``*``
 #: (lambda_proxy/auth.py says why users are a kind of their own).
-TENANT_RE = re.compile(r"^(\*|(\d{12}:)?(user/)?[\w+=,.@-]{1,64}|\d{12}:\*)$")
+#: ASCII only, as IAM names are (and as CloudWatch requires of a dimension value).
+TENANT_RE = re.compile(r"^(\*|(\d{12}:)?(user/)?[\w+=,.@-]{1,64}|\d{12}:\*)$", re.ASCII)
 
 
 class AccessPolicy(_Strict):

@@ -8,12 +8,14 @@ Each record is written twice:
   caller's whole identity included, which CloudWatch Logs Insights aggregates per tenant and
   adapter (``ops.usage``);
 * CloudWatch embedded metrics (EMF): ``Requests``, ``InputTokens`` and ``OutputTokens``, once
-  with the ``tenant`` dimension and once with ``adapter``, never the two together. Every
-  distinct dimension value is a custom metric that CloudWatch bills monthly, so the values are
-  bounded: ``adapter`` is a catalog name (a route exists for it), and ``tenant`` is the catalog's
-  own tenant name when the adapter's ``allow.tenants`` lists the caller's tenant, else
-  ``other`` (callers admitted by a wildcard or a principal ARN could be any number). The
-  tenant-by-adapter breakdown comes from the log lines, where cardinality costs nothing extra.
+  with the dimensions ``service`` and ``tenant`` and once with ``service`` and ``adapter``,
+  never tenant and adapter together. Every distinct dimension value is a custom metric that
+  CloudWatch bills monthly, so the values are bounded: ``adapter`` is a catalog name (a route
+  exists for it), and ``tenant`` is the catalog's own tenant name when the adapter's
+  ``allow.tenants`` lists the caller's tenant (ASCII, as CloudWatch requires of a dimension
+  value), else ``other`` (callers admitted by a wildcard or a principal ARN could be any
+  number). The tenant-by-adapter breakdown comes from the log lines, where cardinality costs
+  nothing extra.
 
 Requests refused before they reach the model (identity, validation) are not usage; a request
 refused by its quota or failed by SageMaker is, with its status.
@@ -63,7 +65,7 @@ def tenant_dimension(caller: Caller | None, route: Route | None) -> str:
         return OTHER
     for entry in route.tenants:
         q = qualified(str(entry), caller.own_account)
-        if q is not None and q == caller.tenant:
+        if q is not None and q == caller.tenant and caller.tenant.isascii():
             return caller.tenant
     return OTHER
 

@@ -386,3 +386,16 @@ def test_a_token_limit_no_request_at_the_cap_could_fit_fails_check(tmp_path):
     (envs / "dev.yaml").write_text(yaml.safe_dump(env))
     with pytest.raises(CatalogError, match=r"quota\.tokens_per_minute 10"):
         load_deployment("dev", catalog, envs)
+
+
+def test_a_tenant_name_outside_iams_ascii_characters_is_refused() -> None:
+    """IAM names are ASCII, and the router reports a tenant as a CloudWatch dimension value,
+    which must be ASCII; Python's \\w alone would admit 'équipe'."""
+    import pytest
+    from pydantic import ValidationError
+
+    from config.schema import AccessPolicy
+
+    with pytest.raises(ValidationError, match="équipe"):
+        AccessPolicy(tenants=["équipe"])
+    assert AccessPolicy(tenants=["equipe", "123456789012:ops"]).tenants
