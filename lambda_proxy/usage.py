@@ -24,12 +24,13 @@ refused by its quota or failed by SageMaker is, with its status.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
 from contracts.routing import Route
+from contracts.usage import Usage
 from lambda_proxy.auth import Caller, qualified
 from lambda_proxy.telemetry import NAMESPACE, SERVICE, logger
 
@@ -37,22 +38,6 @@ from lambda_proxy.telemetry import NAMESPACE, SERVICE, logger
 OTHER = "other"
 #: The doors a request comes through.
 ROUTES = ("native", "openai", "stream")
-
-
-@dataclass(frozen=True)
-class Usage:
-    tenant: str  # the caller's tenant (ACCOUNT:NAME), else its ARN
-    tenant_dimension: str  # bounded: a catalog tenant, else "other"
-    adapter: str
-    version: str | None
-    weights_sha256: str | None
-    route: str  # native | openai | stream
-    status: int
-    cache_hit: int  # 1 for an answer from the cache, else 0
-    input_tokens: int
-    output_tokens: int
-    latency_ms: float
-    request_id: str | None = None
 
 
 #: Where else a record goes (the local gateway keeps them for ``python -m local usage``).

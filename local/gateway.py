@@ -448,8 +448,8 @@ def create_app(gateway: LocalGateway) -> ApiGateway:
         panel."""
         from dataclasses import asdict
 
+        from contracts.usage import aggregate
         from local.usage import read
-        from ops.usage import aggregate
 
         records = await asyncio.to_thread(read, gateway.state_dir) if gateway.state_dir else []
         return JSONResponse({"rows": [asdict(r) for r in aggregate(records)]})

@@ -1,7 +1,7 @@
 """``python -m local usage``: the local platform's usage by tenant and adapter, from the same
 records the deployed router writes (``lambda_proxy.usage``), which the local gateway appends to
 ``STATE/usage.jsonl``; aggregated and printed as ``make usage`` prints CloudWatch's
-(``ops.usage``), without a cost (nothing is billed here)."""
+(``contracts.usage``), without a cost (nothing is billed here)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def read(state_dir: Path) -> list[dict[str, Any]]:
 
 
 def show(state_dir: Path, csv_path: Path | None = None, out=print) -> int:
-    from ops.usage import aggregate, render, to_csv
+    from contracts.usage import aggregate, render, to_csv
 
     records = read(state_dir)
     if not records:

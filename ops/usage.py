@@ -16,17 +16,14 @@ endpoint among its users, not an invoice.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-import math
 import re
 import sys
 import time
-from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
 from config import Deployment, load_deployment
+from contracts.usage import Row, render, to_csv
 
 QUERY = """fields @timestamp
 | filter message = "usage"
@@ -41,19 +38,6 @@ _SINCE = re.compile(r"^(\d+)([dhm])$")
 
 class UsageError(RuntimeError):
     """The usage report could not be made; the message says why."""
-
-
-@dataclass
-class Row:
-    tenant: str
-    adapter: str
-    requests: int
-    tokens_in: int
-    tokens_out: int
-    cache_hit_share: float
-    p50_ms: float
-    p99_ms: float
-    cost_usd: float | None = None
 
 
 def since(text: str) -> timedelta:
@@ -108,33 +92,6 @@ def rows_of(results: list[list[dict[str, str]]]) -> list[Row]:
     return out
 
 
-def aggregate(records: list[dict[str, Any]]) -> list[Row]:
-    """What the Logs Insights query computes, over records at hand (the local platform's)."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in records:
-        groups.setdefault((r["tenant"], r["adapter"]), []).append(r)
-    out = []
-    for (tenant, adapter), rs in groups.items():
-        latencies = sorted(float(r["latency_ms"]) for r in rs)
-        out.append(
-            Row(
-                tenant=tenant,
-                adapter=adapter,
-                requests=len(rs),
-                tokens_in=sum(int(r["input_tokens"]) for r in rs),
-                tokens_out=sum(int(r["output_tokens"]) for r in rs),
-                cache_hit_share=sum(int(r["cache_hit"]) for r in rs) / len(rs),
-                p50_ms=_nearest_rank(latencies, 50),
-                p99_ms=_nearest_rank(latencies, 99),
-            )
-        )
-    return sorted(out, key=lambda r: (-r.tokens_out, r.tenant, r.adapter))
-
-
-def _nearest_rank(sorted_values: list[float], pct: float) -> float:
-    return sorted_values[max(0, math.ceil(pct / 100 * len(sorted_values)) - 1)]
-
-
 def with_cost(rows: list[Row], instance_hours: float, price: float | None) -> float | None:
     """Each row's share of the instance-hours' cost by its share of tokens; the total."""
     if price is None:
@@ -151,40 +108,6 @@ def instance_hours(sagemaker: Any, endpoint: str, window: timedelta) -> float:
     described = sagemaker.describe_endpoint(EndpointName=endpoint)
     count = sum(v.get("CurrentInstanceCount", 0) for v in described["ProductionVariants"])
     return count * window.total_seconds() / 3600
-
-
-HEADER = ["tenant", "adapter", "requests", "tokens in", "tokens out", "cache hits", "p50 ms",
-          "p99 ms", "cost share USD"]  # fmt: skip
-
-
-def cells(r: Row) -> list[str]:
-    cost = "-" if r.cost_usd is None else f"{r.cost_usd:.2f}"
-    return [r.tenant, r.adapter, str(r.requests), str(r.tokens_in), str(r.tokens_out),
-            f"{r.cache_hit_share:.0%}", f"{r.p50_ms:.0f}", f"{r.p99_ms:.0f}", cost]  # fmt: skip
-
-
-def render(rows: list[Row]) -> str:
-    table = [HEADER, *(cells(r) for r in rows)]
-    widths = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
-    return "\n".join(
-        "  ".join(
-            c.ljust(w) if i < 2 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in table
-    )
-
-
-def to_csv(rows: list[Row]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(asdict(rows[0]) if rows else asdict(_EMPTY)))
-    writer.writeheader()
-    for r in rows:
-        writer.writerow(asdict(r))
-    return buf.getvalue()
-
-
-_EMPTY = Row("", "", 0, 0, 0, 0.0, 0.0, 0.0)
 
 
 def report(session: Any, dep: Deployment, window: timedelta, *, now: float) -> list[Row]:

@@ -213,6 +213,7 @@ def test_the_how_this_works_panel_links_built_docs_pages(gateway, tmp_path, monk
 def test_the_usage_panel_reads_the_records_the_router_wrote(tmp_path, monkeypatch) -> None:
     """A gateway with a state directory keeps the router's usage records
     (``local.usage``); ``/local/usage`` and ``python -m local usage`` aggregate the same."""
+    from contracts.usage import Usage
     from lambda_proxy import usage
 
     monkeypatch.setattr(usage, "SINKS", [])
@@ -227,7 +228,7 @@ def test_the_usage_panel_reads_the_records_the_router_wrote(tmp_path, monkeypatc
     )
     for tokens, hit in ((7, 0), (7, 1), (3, 0)):
         usage.record(
-            usage.Usage("000000000000:demo", "000000000000:demo", "sales-json", "1.0.0", None,
+            Usage("000000000000:demo", "000000000000:demo", "sales-json", "1.0.0", None,
                         "native", 200, hit, 10, tokens, 12.5)
         )  # fmt: skip
     with TestClient(create_app(gw), base_url="http://127.0.0.1:8000") as client:

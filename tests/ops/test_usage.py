@@ -14,6 +14,7 @@ import pytest
 from botocore.stub import Stubber
 
 from config import load_deployment
+from contracts.usage import aggregate, render, to_csv
 from ops import usage
 
 NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -100,10 +101,10 @@ def test_the_report_splits_the_endpoints_cost_by_tokens(monkeypatch) -> None:
     # 2 instances x 168 h x 1.50 USD = 504 USD, split by 5,880 : 560 : 560 tokens of 7,000.
     assert [round(r.cost_usd, 2) for r in rows] == [423.36, 40.32, 40.32]
     assert rows[0].requests == 30 and rows[0].cache_hit_share == 0.1
-    table = usage.render(rows)
+    table = render(rows)
     assert table.splitlines()[0].split()[:2] == ["tenant", "adapter"]
     assert "123456789012:sales-ops  sales-json" in table and "423.36" in table
-    parsed = list(csv.DictReader(io.StringIO(usage.to_csv(rows))))
+    parsed = list(csv.DictReader(io.StringIO(to_csv(rows))))
     assert parsed[1]["tenant"] == "123456789012:demo" and parsed[1]["tokens_out"] == "160"
 
 
@@ -113,7 +114,7 @@ def test_without_a_price_there_is_no_cost_column_value(monkeypatch) -> None:
     session, _ = _stubbed(_dep(None), window)
     rows = usage.report(session, _dep(None), window, now=NOW)
     assert all(r.cost_usd is None for r in rows)
-    assert usage.render(rows).splitlines()[1].rstrip().endswith("-")
+    assert render(rows).splitlines()[1].rstrip().endswith("-")
 
 
 def test_the_log_group_is_the_router_functions(dev_templates) -> None:
@@ -139,6 +140,6 @@ def test_records_at_hand_aggregate_as_the_query_does() -> None:
         for ms in range(1, 101)
     ] + [{"tenant": "u", "adapter": "a", "input_tokens": 1, "output_tokens": 1, "cache_hit": 1,
           "latency_ms": 3.0}]  # fmt: skip
-    t, u = usage.aggregate(records)
+    t, u = aggregate(records)
     assert (t.requests, t.tokens_in, t.tokens_out, t.p50_ms, t.p99_ms) == (100, 1000, 500, 50, 99)
     assert u.cache_hit_share == 1.0
