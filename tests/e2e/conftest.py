@@ -25,6 +25,9 @@ from tests.progress import run_with_progress
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 MAX_STEPS = "10"
+#: An IAM Identity Center role as the IAM console shows it: a path, then the role's name.
+SSO_ROLE = "AWSReservedSSO_PlatformAdmin_0123456789abcdef"
+SSO_OPERATOR = f"arn:aws:iam::000000000000:role/aws-reserved/sso.amazonaws.com/{SSO_ROLE}"
 #: How long ``local up`` may print nothing before the fixture gives up, and its overall bound.
 STALL_S = 600.0
 BOUND_S = 3600.0
@@ -135,6 +138,10 @@ def platform(tmp_path_factory: pytest.TempPathFactory):
     env.update(prefix="lora-e2e", base="qwen3-tiny", base_overrides={"qwen3-4b": "qwen3-tiny"})
     # Long enough generations for the streaming tests to cut one short.
     env.setdefault("router", {})["max_new_tokens_cap"] = 1000
+    # The release's smoke check runs as whoever releases, often an IAM Identity Center role,
+    # listed by the ARN the console shows (with its path); the router matches it by account and
+    # name (deploy review r3, finding 7).
+    env["router"]["operators"] = [SSO_OPERATOR]
     (root / "environments").mkdir()
     (root / "environments" / "local.yaml").write_text(yaml.safe_dump(env))
     (root / "adapters.yaml").write_text(yaml.safe_dump(catalog, sort_keys=False))

@@ -315,6 +315,35 @@ def test_the_smoke_check_invokes_every_adapter_through_the_router(platform) -> N
     assert f"{len(dep.adapters)}/{len(dep.adapters)} adapters answered" in proc.stdout
 
 
+def test_the_smoke_check_passes_as_an_sso_role_that_no_adapter_lists(platform, monkeypatch) -> None:
+    """Deploy review r3, finding 7: the release's smoke runs as an SSO session, whose
+    assumed-role ARN drops the role's path. The environment lists the role by the ARN the
+    console shows (path and all) under router.operators; no adapter lists it as a tenant, so
+    every 200 here is the operator match by account and name."""
+    from ops import smoke
+    from tests.e2e.conftest import SSO_ROLE
+
+    dep = _deployment(platform)
+    assert all(SSO_ROLE not in a.entry.allow.tenants for a in dep.adapters)
+    signed = smoke._signed
+
+    def as_sso(url, body, region, extra=None):
+        # The local gateway's stand-in for SigV4: the session arn:aws:sts::ACCOUNT:assumed-role/
+        # SSO_ROLE/local, as API Gateway would report an SSO session's.
+        return signed(url, body, region, {**(extra or {}), "X-Local-Tenant": SSO_ROLE})
+
+    monkeypatch.setattr(smoke, "_signed", as_sso)
+    results = smoke.invoke_all(dep, platform.gateway)
+    assert results and all(r.ok for r in results), smoke.render(results)
+    with httpx.Client(base_url=platform.gateway, timeout=60) as client:
+        refused = client.post(
+            f"/v1/adapters/{dep.adapters[0].name}/generate",
+            json={"inputs": "hi"},
+            headers={"X-Local-Tenant": "AWSReservedSSO_Other_0123456789abcdef"},
+        )
+    assert refused.status_code in (403, 404), "another SSO role is no operator"
+
+
 def test_a_refused_artifact_leaves_the_good_adapter_serving(platform, tmp_path) -> None:
     import tarfile
 
