@@ -38,9 +38,6 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 PLAYGROUND = Path(__file__).with_name("playground")
-#: The docs site ``python -m local up`` builds (``local.docs``); the playground's "how this
-#: works" panel links into it.
-DOCS_SITE = Path(__file__).resolve().parents[1] / "build" / "site"
 LOCAL_ACCOUNT = "000000000000"
 STAGE = "local"
 FUNCTION_ARN = f"arn:aws:lambda:us-east-1:{LOCAL_ACCOUNT}:function:lora-local-router:{STAGE}"
@@ -402,15 +399,20 @@ def create_app(gateway: LocalGateway) -> ApiGateway:
 
     @app.get("/docs/{path:path}")
     async def docs(path: str) -> Response:
-        """The built docs site, by its own paths (``router/`` is ``router/index.html``); a path
-        that leaves the site, or a site not built, is a 404 that says how to build it."""
-        root = DOCS_SITE.resolve()
+        """The docs site (``local.docs``: built on the first request, rebuilt when stale), by
+        its own paths (``router/`` is ``router/index.html``); a path that leaves the site, or a
+        site that cannot be built, is a 404 that says why."""
+        from local import docs as site
+
+        why = await asyncio.to_thread(site.ensure_site, site.DOCS_SITE)
+        root = site.DOCS_SITE.resolve()
         target = (root / path).resolve()
         if target.is_dir():
             target = target / "index.html"
-        if not target.is_relative_to(root) or not target.is_file():
+        if why is not None or not target.is_relative_to(root) or not target.is_file():
+            reason = why or "no such page"
             return JSONResponse(
-                {"error": f"no docs page {path!r}; build the site with `make docs`"},
+                {"error": f"no docs page {path!r} ({reason}); `make docs` serves the site"},
                 status_code=404,
             )
         return FileResponse(target)

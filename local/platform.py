@@ -24,7 +24,6 @@ import httpx
 from config import load_deployment
 from local.artifacts import base_dir, build_base, plan_adapters, quiet_libraries
 from local.components import declare_components
-from local.docs import build_docs
 from local.options import Options
 from local.processes import start_services
 from local.tour import tour
@@ -74,7 +73,6 @@ def up(opts: Options) -> dict[str, Any]:
         if x["action"] in ("failed", "registration-failed"):
             log(f"      ! {x['component']}: {x.get('detail')}")
     cache = httpx.get(f"{gateway_url}/local/status", timeout=10.0).json().get("cache")
-    docs = build_docs(log)
     ready_s = time.perf_counter() - t0
     log("")
     log(f"  playground        {gateway_url}/")
@@ -83,8 +81,7 @@ def up(opts: Options) -> dict[str, Any]:
     log(f"  SageMaker runtime {endpoint_url}/endpoints/{dep.endpoint_name}/invocations")
     log(f"  model server      {opts.url(opts.runtime_port)}  (/adapters, /metrics, /trace)")
     log(f"  response cache    {cache}")
-    if docs:
-        log(f"  docs              {gateway_url}/docs/  (the playground's 'how this works')")
+    log(f"  docs              {gateway_url}/docs/  (built on the first visit)")
     log(f"  logs              {opts.state_dir / 'logs'}   stop with: make down")
     log(f"\nplatform ready in {ready_s:.0f} s")
     trainer = None

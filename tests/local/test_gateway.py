@@ -184,30 +184,27 @@ def test_the_gateway_tells_the_router_what_the_trainer_says(tmp_path) -> None:
 
 
 def test_the_how_this_works_panel_links_built_docs_pages(gateway, tmp_path, monkeypatch) -> None:
-    """The playground's panel links the docs page of each part it shows; the gateway serves the
-    site ``local.docs`` builds (the same MkDocs build the suite runs strict), and nothing outside
-    it."""
+    """The playground's panel links the docs page of each part it shows; the gateway builds the
+    site on the first visit (the same MkDocs build the suite runs strict), serves it, and
+    nothing outside it."""
     import re
 
-    from local import gateway as gateway_module
-    from local.docs import build_docs
+    from local import docs
 
     client, _ = gateway
-    site = tmp_path / "site"
-    monkeypatch.setattr(gateway_module, "DOCS_SITE", site)
-    monkeypatch.setattr("local.docs.DOCS_SITE", site)
-    assert client.get("/docs/router/").status_code == 404  # not built yet: says how
-    assert "make docs" in client.get("/docs/router/").json()["error"]
-    lines: list[str] = []
-    assert build_docs(lines.append), lines
+    monkeypatch.setattr(docs, "DOCS_SITE", tmp_path / "site")
     page = client.get("/").text
     links = re.findall(r'href="(/docs/[^"]+)"', page)
     assert len(set(links)) >= 6
     for link in set(links):
         r = client.get(link)
         assert r.status_code == 200 and "<html" in r.text.lower(), link
+    built = (tmp_path / "site" / "index.html").stat().st_mtime
+    assert client.get("/docs/router/").status_code == 200
+    assert (tmp_path / "site" / "index.html").stat().st_mtime == built, "not rebuilt when fresh"
     assert client.get("/docs/../../pyproject.toml").status_code == 404
     assert client.get("/docs/%2e%2e/%2e%2e/pyproject.toml").status_code == 404
+    assert "make docs" in client.get("/docs/no-such-page/").json()["error"]
 
 
 def test_the_usage_panel_reads_the_records_the_router_wrote(tmp_path, monkeypatch) -> None:
