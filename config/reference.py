@@ -97,8 +97,8 @@ def default_text(info: FieldInfo) -> str:
     factory = info.default_factory
     value = factory() if factory is not None else info.default  # type: ignore[call-arg]
     if isinstance(value, BaseModel):
-        value = value.model_dump(exclude_defaults=True) or "its defaults"
-        return "its fields' defaults" if value == "its defaults" else f"`{json.dumps(value)}`"
+        changed = value.model_dump(exclude_defaults=True)
+        return f"`{json.dumps(changed)}`" if changed else "its fields' defaults"
     if isinstance(value, enum.Enum):
         value = value.value
     return f"`{json.dumps(value)}`"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 
@@ -32,6 +32,9 @@ class Usage:
 
 @dataclass
 class Row:
+    """One tenant's use of one adapter over a window (``cost_usd`` is filled by ``make usage``
+    when the environment states a price)."""
+
     tenant: str
     adapter: str
     requests: int
@@ -94,11 +97,8 @@ def render(rows: list[Row]) -> str:
 
 def to_csv(rows: list[Row]) -> str:
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(asdict(rows[0]) if rows else asdict(_EMPTY)))
+    writer = csv.DictWriter(buf, fieldnames=[f.name for f in fields(Row)])
     writer.writeheader()
     for r in rows:
         writer.writerow(asdict(r))
     return buf.getvalue()
-
-
-_EMPTY = Row("", "", 0, 0, 0, 0.0, 0.0, 0.0)

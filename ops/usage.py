@@ -92,15 +92,14 @@ def rows_of(results: list[list[dict[str, str]]]) -> list[Row]:
     return out
 
 
-def with_cost(rows: list[Row], instance_hours: float, price: float | None) -> float | None:
-    """Each row's share of the instance-hours' cost by its share of tokens; the total."""
+def with_cost(rows: list[Row], instance_hours: float, price: float | None) -> None:
+    """Each row's share of the instance-hours' cost by its share of tokens."""
     if price is None:
-        return None
+        return
     total = instance_hours * price
     tokens = sum(r.tokens_in + r.tokens_out for r in rows)
     for r in rows:
         r.cost_usd = total * (r.tokens_in + r.tokens_out) / tokens if tokens else 0.0
-    return total
 
 
 def instance_hours(sagemaker: Any, endpoint: str, window: timedelta) -> float:
