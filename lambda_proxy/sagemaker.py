@@ -137,11 +137,18 @@ def make_client(endpoint_url: str | None, region: str | None, deadline_s: float)
 
 
 def invoke(
-    client: Any, endpoint: str, component: str, payload: dict[str, Any], deadline_s: float = 60.0
+    client: Any,
+    endpoint: str,
+    component: str,
+    payload: dict[str, Any],
+    deadline_s: float = 60.0,
+    attributes: str | None = None,
 ) -> dict[str, Any]:
-    """One generation; retried only when it provably did not start, within the deadline."""
+    """One generation; retried only when it provably did not start, within the deadline.
+    ``attributes`` is InvokeEndpoint's ``CustomAttributes`` (``contracts.fairness``)."""
     body = json.dumps(payload).encode()
-    return _retrying(lambda: _invoke_once(client, endpoint, component, body), deadline_s)
+    extra = {"CustomAttributes": attributes} if attributes else {}
+    return _retrying(lambda: _invoke_once(client, endpoint, component, body, extra), deadline_s)
 
 
 def _retrying(call: Callable[[], T], deadline_s: float) -> T:
@@ -164,7 +171,9 @@ class _NotStarted(Exception):  # noqa: N818 - a signal to retry, carrying the cl
         self.error = error
 
 
-def _invoke_once(client: Any, endpoint: str, component: str, body: bytes) -> dict[str, Any]:
+def _invoke_once(
+    client: Any, endpoint: str, component: str, body: bytes, extra: dict[str, str]
+) -> dict[str, Any]:
     with _errors():
         resp = client.invoke_endpoint(
             EndpointName=endpoint,
@@ -172,6 +181,7 @@ def _invoke_once(client: Any, endpoint: str, component: str, body: bytes) -> dic
             ContentType="application/json",
             Accept="application/json",
             Body=body,
+            **extra,
         )
     raw = resp["Body"].read()
     try:
@@ -181,11 +191,17 @@ def _invoke_once(client: Any, endpoint: str, component: str, body: bytes) -> dic
 
 
 def open_stream(
-    client: Any, endpoint: str, component: str, payload: dict[str, Any], deadline_s: float = 60.0
+    client: Any,
+    endpoint: str,
+    component: str,
+    payload: dict[str, Any],
+    deadline_s: float = 60.0,
+    attributes: str | None = None,
 ) -> Any:
     """``InvokeEndpointWithResponseStream``: the response's event stream, retried (like
     ``invoke``) only while it provably did not start. Read it with ``stream_lines``."""
     body = json.dumps({**payload, "stream": True}).encode()
+    extra = {"CustomAttributes": attributes} if attributes else {}
 
     def start() -> Any:
         with _errors():
@@ -195,6 +211,7 @@ def open_stream(
                 ContentType="application/json",
                 Accept="application/jsonlines",
                 Body=body,
+                **extra,
             )
         return resp["Body"]
 

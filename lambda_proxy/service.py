@@ -20,6 +20,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import ValidationError
 
+from contracts.fairness import custom_attributes
 from contracts.routing import CanaryRoute, Route
 from contracts.settings import RouterSettings
 from lambda_proxy import usage
@@ -432,6 +433,7 @@ def prepare(
     prep.who = who
     if canary is not None:
         prep.fallback = _prepared(adapter, who, route, req, revision)
+        prep.fallback.who = who
     return prep
 
 
@@ -575,6 +577,7 @@ def _invoke(prep: Prepared) -> dict[str, Any]:
                 prep.component,
                 prep.payload,
                 deadline_s=s.invoke_deadline_s,
+                attributes=custom_attributes(prep.who) if prep.who else None,
             )
         )
 

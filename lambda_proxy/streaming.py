@@ -34,6 +34,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from contracts.fairness import custom_attributes
 from contracts.routing import Route
 from lambda_proxy import handler, openai_api, service, usage
 from lambda_proxy.sagemaker import InvokeError, open_stream, stream_lines
@@ -129,6 +130,7 @@ class Stream:
                 prep.component,
                 prep.payload,
                 deadline_s=s.stream_deadline_s,
+                attributes=custom_attributes(prep.who) if prep.who else None,
             )
         except InvokeError as exc:
             if prep.fallback is None or exc.code not in service.CANARY_ABSENT:
@@ -141,6 +143,7 @@ class Stream:
                 prep.fallback.component,
                 prep.fallback.payload,
                 deadline_s=s.stream_deadline_s,
+                attributes=custom_attributes(prep.who) if prep.who else None,
             )
 
     def refusal(self, exc: InvokeError) -> tuple[int, dict[str, str], bytes]:

@@ -14,6 +14,7 @@ developer's machine, in the tests and in CI; only the model directory differs.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
@@ -104,6 +105,8 @@ class Engine:
         self.registry = AdapterRegistry(max_cpu_loras=settings.max_cpu_loras)
         self._request_ids = itertools.count(1)
         self._admitted = 0
+        #: Requests in the server per sender (``contracts.fairness``): the fair queue's counts.
+        self._inflight: collections.Counter[str] = collections.Counter()
         self._refresh: asyncio.Task | None = None
         #: transformers sets ``encode_special_tokens`` on the shared Rust tokenizer at every
         #: call, so two threads tokenizing at once could encode one user's text with another's
@@ -428,6 +431,12 @@ class Engine:
                 raise EngineError(404, f"adapter {req.adapter!r} is not registered") from None
         self._admitted += 1
         req.admitted = True
+        # Fair queuing by sender: vLLM (``scheduling_policy="priority"``) admits waiting
+        # requests by (priority, arrival), so a request whose sender has none in the server
+        # goes before the 20th of a flood that arrived earlier. Only the waiting queue is
+        # ordered: a running sequence is never preempted for priority alone.
+        req.priority = self._inflight[req.fair_key]
+        self._inflight[req.fair_key] += 1
         self.telemetry.queue_depth.set(self._admitted)
 
     async def release(self, req: GenRequest) -> None:
@@ -437,6 +446,9 @@ class Engine:
             return
         req.admitted = False
         self._admitted -= 1
+        self._inflight[req.fair_key] -= 1
+        if self._inflight[req.fair_key] <= 0:
+            del self._inflight[req.fair_key]
         self.telemetry.queue_depth.set(self._admitted)
         if req.record is not None:
             self.registry.release(req.record)
@@ -467,6 +479,7 @@ class Engine:
                 params,
                 request_id,
                 lora_request=lora,
+                priority=req.priority,
             )
             finished = False
             try:

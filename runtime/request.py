@@ -65,6 +65,10 @@ class GenRequest:
     #: Streamed (vLLM sends each step's new text) or not (vLLM sends the finished answer once,
     #: as ``vllm serve`` asks for non-streaming requests: no wake-up per step).
     stream: bool = False
+    #: Who sent it (``contracts.fairness``): the engine's fair queue counts in-flight requests
+    #: per key, and the count at admission is this request's priority in vLLM's queue.
+    fair_key: str = "anonymous"
+    priority: int = 0
 
     def result(self) -> dict[str, Any]:
         return {

@@ -36,6 +36,7 @@ from model_hosting_container_standards.sagemaker.lora.models.request import (
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from contracts import fairness
 from contracts.requests import RepetitionPenalty, Temperature
 from runtime.adapters import AdapterError
 from runtime.artifacts import ArtifactError, extract
@@ -242,6 +243,7 @@ def _invocation_routes(app: FastAPI, engine: Engine) -> None:
             params=params,
             artifact=merged.identity if merged is not None else None,
             stream=body.stream,
+            fair_key=fairness.key_of(request.headers.get(fairness.HEADER)),
         )
         try:
             engine.admit(req)

@@ -18,7 +18,7 @@ import pytest
 import redis
 from botocore.config import Config
 from botocore.response import StreamingBody
-from botocore.stub import Stubber
+from botocore.stub import ANY, Stubber
 
 os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "LoraFleetTest")
@@ -119,6 +119,21 @@ def model_answer(
         }
     ).encode()
     return {"Body": StreamingBody(io.BytesIO(body), len(body)), "ContentType": "application/json"}
+
+
+def invoke_params(
+    component: str = "lora-test-medical", *, body: Any = ANY, attributes: Any = ANY
+) -> dict[str, Any]:
+    """The InvokeEndpoint parameters the router sends for ``component`` (a Stubber's
+    expectation); ``attributes`` is its CustomAttributes (``contracts.fairness``)."""
+    return {
+        "EndpointName": "lora-test-endpoint",
+        "InferenceComponentName": component,
+        "ContentType": "application/json",
+        "Accept": "application/json",
+        "CustomAttributes": attributes,
+        "Body": body,
+    }
 
 
 @pytest.fixture

@@ -8,13 +8,12 @@ import threading
 import uuid
 
 import pytest
-from botocore.stub import ANY
 
 from contracts.settings import RouterSettings
 from lambda_proxy import service
 from lambda_proxy.cache import ResponseCache
 from lambda_proxy.sagemaker import MAX_ATTEMPTS, RETRYABLE_CODES, make_client
-from tests.lambda_proxy.conftest import OTHER_ROLE, call, event, model_answer
+from tests.lambda_proxy.conftest import OTHER_ROLE, call, event, invoke_params, model_answer
 
 
 def _body(**params) -> dict:
@@ -28,13 +27,7 @@ def _expect(stub, component: str = "lora-test-medical", answer=None) -> None:
     stub.add_response(
         "invoke_endpoint",
         answer or model_answer(),
-        {
-            "EndpointName": "lora-test-endpoint",
-            "InferenceComponentName": component,
-            "ContentType": "application/json",
-            "Accept": "application/json",
-            "Body": ANY,
-        },
+        invoke_params(component),
     )
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from contracts.settings import RouterSettings
 from lambda_proxy import service
-from tests.lambda_proxy.conftest import TABLE, call, event, model_answer, routed
+from tests.lambda_proxy.conftest import TABLE, call, event, invoke_params, model_answer, routed
 
 OWN = "123456789012"
 FOREIGN = "999999999999"
@@ -24,17 +24,7 @@ def _body(**params):
 
 
 def _expect(stub, component: str = "lora-test-medical", check=None) -> None:
-    expected = (
-        None
-        if check is None
-        else {
-            "EndpointName": "lora-test-endpoint",
-            "InferenceComponentName": component,
-            "ContentType": "application/json",
-            "Accept": "application/json",
-            "Body": check,
-        }
-    )
+    expected = None if check is None else invoke_params(component, body=check)
     name = component.removeprefix("lora-test-")
     version = TABLE["adapters"][name]["version"]
     artifact = {"name": name, "version": version, "sha256": "0" * 64}
@@ -164,13 +154,7 @@ def test_the_cap_bounds_the_default_number_of_new_tokens(router, sagemaker) -> N
     stub.add_response(
         "invoke_endpoint",
         model_answer(),
-        {
-            "EndpointName": "lora-test-endpoint",
-            "InferenceComponentName": "lora-test-medical",
-            "ContentType": "application/json",
-            "Accept": "application/json",
-            "Body": Captured(),
-        },
+        invoke_params(body=Captured()),
     )
     status, _ = call(
         event(body={"inputs": "x", "parameters": {"do_sample": True, "temperature": 0.5}})

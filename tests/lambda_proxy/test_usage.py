@@ -8,10 +8,9 @@ import json
 import uuid
 
 import pytest
-from botocore.stub import ANY
 
 from lambda_proxy import usage
-from tests.lambda_proxy.conftest import OTHER_ROLE, call, event, model_answer
+from tests.lambda_proxy.conftest import OTHER_ROLE, call, event, invoke_params, model_answer
 
 
 @pytest.fixture
@@ -36,13 +35,7 @@ def _expect(stub, component: str = "lora-test-medical") -> None:
     stub.add_response(
         "invoke_endpoint",
         model_answer(),
-        {
-            "EndpointName": "lora-test-endpoint",
-            "InferenceComponentName": component,
-            "ContentType": "application/json",
-            "Accept": "application/json",
-            "Body": ANY,
-        },
+        invoke_params(component),
     )
 
 

@@ -1,0 +1,100 @@
+"""Fair queuing between senders: one sender's flood does not queue another's request behind it.
+
+The server runs one sequence at a time (``OPTION_MAX_BATCH_SIZE=1``), so every request but the
+running one waits in vLLM's queue, and the order it leaves that queue is the order answers end.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from contracts.fairness import custom_attributes
+from tests.runtime.conftest import start_server, stop_server
+
+FLOOD, QUIET = custom_attributes("flood-tenant"), custom_attributes("quiet-tenant")
+
+
+@pytest.fixture(scope="module")
+def one_seq_server(tiny_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    srv = start_server(
+        tiny_base,
+        tmp_path_factory.mktemp("fair"),
+        OPTION_MAX_BATCH_SIZE="1",
+        OPTION_MAX_NEW_TOKENS="512",
+        OPTION_CPU_KVCACHE_GIB="1",
+    )
+    yield srv
+    stop_server(srv)
+
+
+def _admitted(srv) -> float:
+    for line in srv.client.get("/metrics").text.splitlines():
+        if line.startswith("lora_queue_depth "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def test_a_quiet_senders_request_goes_before_a_floods_queued_ones(one_seq_server) -> None:
+    srv = one_seq_server
+    finished: list[str] = []
+    lock = threading.Lock()
+
+    def send(name: str, attributes: str, n: int) -> None:
+        body = {"inputs": "count", "parameters": {"max_new_tokens": n, "min_new_tokens": n}}
+        headers = {"X-Amzn-SageMaker-Custom-Attributes": attributes}
+        with httpx.Client(base_url=srv.url, timeout=300) as client:
+            r = client.post("/invocations", json=body, headers=headers)
+        assert r.status_code == 200, r.text
+        with lock:
+            finished.append(name)
+
+    flood = [
+        threading.Thread(target=send, args=(f"flood-{i}", FLOOD, 400), daemon=True)
+        for i in range(4)
+    ]
+    for t in flood:
+        t.start()
+    deadline = time.monotonic() + 60
+    while _admitted(srv) < 4:  # all four are in the server: one runs, three wait in vLLM
+        assert time.monotonic() < deadline, "the flood was never admitted"
+        time.sleep(0.01)
+    quiet = threading.Thread(target=send, args=("quiet", QUIET, 4), daemon=True)
+    quiet.start()
+    for t in [*flood, quiet]:
+        t.join(timeout=300)
+    assert len(finished) == 5, finished
+    # First come, first served would answer it last, after every flood request; fair queuing
+    # answers it right after the one that was running when it came.
+    assert finished.index("quiet") <= 1, finished
+
+
+def test_one_senders_requests_keep_their_order(one_seq_server) -> None:
+    """Within one sender the queue stays first come, first served (priority ties break by
+    arrival), so a client's own requests are not reordered."""
+    srv = one_seq_server
+    finished: list[int] = []
+
+    def send(i: int) -> None:
+        body = {"inputs": "count", "parameters": {"max_new_tokens": 60, "min_new_tokens": 60}}
+        headers = {"X-Amzn-SageMaker-Custom-Attributes": FLOOD}
+        with httpx.Client(base_url=srv.url, timeout=300) as client:
+            assert client.post("/invocations", json=body, headers=headers).status_code == 200
+        finished.append(i)
+
+    threads = []
+    for i in range(3):
+        threads.append(threading.Thread(target=send, args=(i,), daemon=True))
+        threads[-1].start()
+        deadline = time.monotonic() + 60
+        while _admitted(srv) < i + 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    for t in threads:
+        t.join(timeout=300)
+    assert finished == [0, 1, 2]
