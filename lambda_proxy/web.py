@@ -29,6 +29,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,9 +200,21 @@ def _identified_within_limit(
         return False
 
 
-def _buffered(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def in_process(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """A buffered request through the handler in this process: one at a time, as one Lambda
+    execution environment serves them."""
     with HANDLER_LOCK:
         return handler.handler(event, context)
+
+
+#: Where buffered requests run. On Lambda, this process is one execution environment and
+#: Lambda runs more of them for concurrent requests; the local gateway, one process for every
+#: request, sets a pool of environments of its own here (``local.environments``).
+BUFFERED: Callable[[dict[str, Any], LambdaContext], dict[str, Any]] = in_process
+
+
+def _buffered(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return BUFFERED(event, context)
 
 
 async def _stream(kind: str, event: dict[str, Any], context: LambdaContext) -> Response:

@@ -92,6 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     gw.add_argument("--redis-url", default=None)
     gw.add_argument("--tenant", default="demo")
     gw.add_argument(
+        "--router-environments",
+        type=int,
+        default=1,
+        help="the router's execution environments: buffered requests served at once (Redis)",
+    )
+    gw.add_argument(
         "--state-dir",
         type=Path,
         default=None,
@@ -248,6 +254,7 @@ def _serve(args: argparse.Namespace) -> int:
                 tenant=args.tenant,
                 region=args.region,
                 state_dir=args.state_dir,
+                environments=args.router_environments,
             )
         )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

@@ -15,8 +15,9 @@ Identity stands in for SigV4: every request is made as the assumed role
 ``X-Local-Tenant``). That header exists only here; the deployed API takes the caller from the
 signature.
 
-Buffered requests pass the router's handler one at a time, as one warm Lambda execution
-environment serves them (Powertools' logger and metrics are per-process state).
+Buffered requests run as Lambda runs them: each in an execution environment serving one
+request at a time, several environments at once (``local.environments``, with Redis; without
+it the gateway is one environment and buffered requests pass the handler one at a time).
 """
 
 from __future__ import annotations
@@ -144,6 +145,50 @@ def request_context(method: str, path: str, resource: str, tenant: str) -> dict[
     }
 
 
+def configure_router(
+    store: Any,
+    *,
+    routing_table: Path,
+    endpoint_url: str,
+    region: str,
+    availability: Any,
+) -> tuple[Any, Any]:
+    """Configure the router in this process as the function configures itself, through the
+    same variables infra sets on the Lambda (limits come from the environment file through the
+    platform's process environment); the routing table and SageMaker client it built."""
+    from contracts.routing import TABLE_FILE_ENV
+    from lambda_proxy.cache import ResponseCache
+    from lambda_proxy.sagemaker import make_client
+    from lambda_proxy.service import Dependencies, configure
+    from lambda_proxy.settings import settings
+
+    os.environ[TABLE_FILE_ENV] = str(routing_table)
+    os.environ["SAGEMAKER_ENDPOINT_URL"] = endpoint_url
+    os.environ["AWS_REGION"] = region
+    settings.cache_clear()
+    s = settings()
+    client = make_client(s.sagemaker_endpoint_url, s.region, s.invoke_deadline_s)
+    configure(
+        Dependencies(s, ResponseCache(store, s.cache_ttl_s), client, availability=availability)
+    )
+    return s.routing_table, client
+
+
+def training_state(state_dir: Path | None, adapter: str) -> tuple[str, str] | None:
+    """What the background trainer says of an adapter that is not online (the router's
+    ``availability``): queued, training, evaluating, not publishable (with the gate's
+    reasons) or failed; None when it is online or the trainer never saw it."""
+    from local.trainer import read_status
+
+    if state_dir is None:
+        return None
+    st = read_status(state_dir).get("adapters", {}).get(adapter) or {}
+    state = st.get("state")
+    if state in (None, "online", "offline"):
+        return None
+    return str(state), str(st.get("detail") or "")
+
+
 class LocalGateway:
     def __init__(
         self,
@@ -156,6 +201,7 @@ class LocalGateway:
         tenant: str = "demo",
         region: str = "us-east-1",
         state_dir: Path | None = None,
+        environments: int = 1,
     ) -> None:
         self.routing_table = routing_table
         self.state_dir = state_dir
@@ -171,6 +217,7 @@ class LocalGateway:
         self.tenant = tenant
         self.region = region
         self.redis = redis_client(redis_url)
+        self.redis_url = redis_url if self.redis is not None else None
         self.cache_mode = f"redis ({redis_url})" if self.redis is not None else "in-process"
         self.store = self.redis if self.redis is not None else InProcessCache()
         self.lock = threading.Lock()  # the trace buffer
@@ -181,52 +228,57 @@ class LocalGateway:
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
         os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
         os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "lora-router")
+        #: Buffered requests in parallel, each in an execution environment of its own
+        #: (local.environments); they share state only through Redis, as on Lambda.
+        self.environments = None
         self.reload()
+        if environments > 1 and self.redis is not None:
+            from lambda_proxy import web
+            from local.environments import Environments
+
+            self.environments = Environments(self._setting(), environments)
+            web.BUFFERED = self.environments
 
     def reload(self) -> dict[str, Any]:
         """Read the routing table again (after the catalog changed) and rebuild the router."""
-        from contracts.routing import TABLE_FILE_ENV
-        from lambda_proxy.cache import ResponseCache
-        from lambda_proxy.sagemaker import make_client
-        from lambda_proxy.service import Dependencies, configure
-        from lambda_proxy.settings import settings
-
-        # The function's own configuration path: the same variables infra sets on the Lambda
-        # (limits come from the environment file through the platform's process environment).
-        os.environ[TABLE_FILE_ENV] = str(self.routing_table)
-        os.environ["SAGEMAKER_ENDPOINT_URL"] = self.endpoint_url
-        os.environ["AWS_REGION"] = self.region
         from lambda_proxy.web import HANDLER_LOCK
 
-        settings.cache_clear()
-        s = settings()
-        table = s.routing_table
         with HANDLER_LOCK:
-            self.table = table
-            self.client = make_client(s.sagemaker_endpoint_url, s.region, s.invoke_deadline_s)
-            configure(
-                Dependencies(
-                    s,
-                    ResponseCache(self.store, s.cache_ttl_s),
-                    self.client,
-                    availability=self.training_state,
-                )
+            self.table, self.client = configure_router(
+                self.store,
+                routing_table=self.routing_table,
+                endpoint_url=self.endpoint_url,
+                region=self.region,
+                availability=self.training_state,
             )
-        return {"adapters": len(table.adapters)}
+        if self.environments is not None:
+            self.environments.restart(self._setting())
+        return {"adapters": len(self.table.adapters)}
+
+    def _setting(self):
+        from local.environments import Setting
+
+        assert self.redis_url is not None
+        return Setting(
+            routing_table=str(self.routing_table),
+            endpoint_url=self.endpoint_url,
+            region=self.region,
+            redis_url=self.redis_url,
+            state_dir=str(self.state_dir) if self.state_dir is not None else None,
+            environ=tuple(sorted(os.environ.items())),
+        )
 
     def training_state(self, adapter: str) -> tuple[str, str] | None:
-        """What the background trainer says of an adapter that is not online (the router's
-        ``availability``): queued, training, evaluating, not publishable (with the gate's
-        reasons) or failed; None when it is online or the trainer never saw it."""
-        from local.trainer import read_status
+        return training_state(self.state_dir, adapter)
 
-        if self.state_dir is None:
-            return None
-        st = read_status(self.state_dir).get("adapters", {}).get(adapter) or {}
-        state = st.get("state")
-        if state in (None, "online", "offline"):
-            return None
-        return str(state), str(st.get("detail") or "")
+    def close(self) -> None:
+        """Stop the environments; buffered requests run in this process again."""
+        if self.environments is not None:
+            from lambda_proxy import web
+
+            self.environments.close()
+            self.environments = None
+            web.BUFFERED = web.in_process
 
     def flush(self, adapters: list[str]) -> int:
         """Drop cached answers of adapters whose artifact changed under the same version.
@@ -497,6 +549,7 @@ def create_app(gateway: LocalGateway) -> ApiGateway:
     @app.on_event("shutdown")
     async def _close() -> None:
         await runtime.aclose()
+        gateway.close()
 
     return ApiGateway(gateway, app)
 

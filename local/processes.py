@@ -20,6 +20,7 @@ from config import Deployment
 from config.processes import merged_runtime_settings, router_settings, runtime_settings
 from contracts.manifests import BaseManifest
 from contracts.settings import RuntimeSettings
+from local.environments import MAX_ENVIRONMENTS
 from local.options import ROOT, Options, PlatformError
 
 
@@ -217,6 +218,10 @@ def start_services(dep: Deployment, base_dir: Path, opts: Options) -> dict[str, 
                 "--state-dir",
                 str(state_dir),
                 *(["--redis-url", opts.redis_url] if opts.redis_url else []),
+                # As many environments as the function may run, within what this machine
+                # runs (local.environments).
+                "--router-environments",
+                str(min(dep.env.router.reserved_concurrency, MAX_ENVIRONMENTS)),
             ],
             {**base_env, **fingerprint["router_env"]},
             f"{gateway_url}/health",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 
 import pytest
 from starlette.requests import Request
@@ -237,3 +238,69 @@ def test_the_usage_panel_reads_the_records_the_router_wrote(tmp_path, monkeypatc
 
     assert show(tmp_path, out=shown.append) == 0
     assert "sales-json" in "\n".join(shown) and "3 requests" in shown[0]
+
+
+def test_buffered_requests_are_served_at_once_as_lambda_serves_them(tmp_path, monkeypatch) -> None:
+    """Each buffered request runs in an execution environment of its own (local.environments):
+    a tenant's request in flight does not hold another tenant's behind it. The endpoint answers
+    only once two invocations are in flight together; served one at a time, the first would
+    wait for a second that cannot come and fail."""
+    import threading
+
+    from lambda_proxy import service, web
+
+    monkeypatch.setenv("MAX_NEW_TOKENS_CAP", "64")
+    run = uuid.uuid4()  # inputs no earlier run left an answer to in the shared Redis
+    together = threading.Barrier(2, timeout=15)
+
+    def answer(_calls: int, _body: bytes) -> tuple[int, dict[str, str], bytes]:
+        try:
+            together.wait()
+        except threading.BrokenBarrierError:
+            return 500, {}, b'{"message": "served one at a time"}'
+        body = {"generated_text": "ok", "finish_reason": "stop", "artifact": None, "usage": {}}
+        return 200, {}, json.dumps(body).encode()
+
+    table = tmp_path / "routing_table.json"
+    route = {
+        "component": "local-public",
+        "version": "1",
+        "task": "style_transfer",
+        "tenants": ["*"],
+    }
+    table.write_text(
+        json.dumps({"endpoint": "e", "base_component": "local-base", "adapters": {"public": route}})
+    )
+    endpoint = HttpEndpoint(answer)
+    gw = LocalGateway(
+        routing_table=table,
+        endpoint_url=endpoint.url,
+        runtime_url=endpoint.url,
+        redis_url="redis://127.0.0.1:6379/0",
+        environments=2,
+    )
+    assert gw.environments is not None, "Redis answers at 127.0.0.1:6379 (the tests need it)"
+    results: dict[str, int] = {}
+    try:
+        with TestClient(create_app(gw), base_url="http://127.0.0.1:8000") as client:
+
+            def send(tenant: str) -> None:
+                r = client.post(
+                    "/v1/adapters/public/generate",
+                    json={"inputs": f"a request from {tenant} {run}"},
+                    headers={"X-Local-Tenant": tenant},
+                )
+                results[tenant] = r.status_code
+
+            threads = [threading.Thread(target=send, args=(t,)) for t in ("flood", "quiet")]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+    finally:
+        endpoint.close()
+        service.configure(None)
+        settings.cache_clear()
+    assert results == {"flood": 200, "quiet": 200}
+    assert endpoint.calls == 2
+    assert web.BUFFERED is web.in_process  # the gateway's close put the handler back
