@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -162,6 +162,11 @@ class RuntimeSettings(EnvSettings):
     vram_headroom: Annotated[float, Env("OPTION_VRAM_HEADROOM"), Field(gt=0, le=1)] = 0.85
     #: Sequences vLLM runs at once (``max_num_seqs``).
     max_batch_size: Annotated[int, Env("OPTION_MAX_BATCH_SIZE"), Field(ge=1)] = 16
+    #: vLLM's waiting queue: "priority" orders it by the sender's requests in flight (fair
+    #: queuing between tenants, ``contracts.fairness``); "fcfs" by arrival alone.
+    scheduling_policy: Annotated[Literal["priority", "fcfs"], Env("OPTION_SCHEDULING_POLICY")] = (
+        "priority"
+    )
     #: Requests the server admits at once (running or waiting in vLLM's queue); beyond: 503.
     max_queue: Annotated[int, Env("OPTION_MAX_QUEUE"), Field(ge=1)] = 256
     max_input_tokens: Annotated[int, Env("OPTION_MAX_INPUT_TOKENS"), Field(ge=1)] = 2048

@@ -52,7 +52,7 @@ class Setting:
 def _start(setting: Setting) -> None:
     """An environment's init phase: the function's configuration, read once per process."""
     os.environ.update(dict(setting.environ))
-    from local.gateway import configure_router, redis_client, training_state
+    from local.router import configure_router, redis_client, training_state
 
     store = redis_client(setting.redis_url)
     if store is None:
@@ -84,9 +84,9 @@ class Environments:
     requests they are serving finish."""
 
     def __init__(self, setting: Setting, size: int) -> None:
-        if not 1 <= size <= MAX_ENVIRONMENTS:
-            raise ValueError(f"environments must be 1..{MAX_ENVIRONMENTS}, not {size}")
-        self.setting, self.size = setting, size
+        if size < 1:
+            raise ValueError(f"environments must be at least 1, not {size}")
+        self.setting, self.size = setting, min(size, MAX_ENVIRONMENTS)
         self._lock = threading.Lock()
         self._pool = self._new_pool()
 

@@ -20,7 +20,6 @@ from config import Deployment
 from config.processes import merged_runtime_settings, router_settings, runtime_settings
 from contracts.manifests import BaseManifest
 from contracts.settings import RuntimeSettings
-from local.environments import MAX_ENVIRONMENTS
 from local.options import ROOT, Options, PlatformError
 
 
@@ -111,6 +110,10 @@ def router_environment(dep: Deployment) -> dict[str, str]:
     return router_settings(dep).to_env()
 
 
+#: Every process's output unbuffered (its log is read as it runs), and no model hub reached.
+_OFFLINE = {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
 def start_services(dep: Deployment, base_dir: Path, opts: Options) -> dict[str, Any]:
     state_dir = opts.state_dir
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -144,12 +147,7 @@ def start_services(dep: Deployment, base_dir: Path, opts: Options) -> dict[str, 
 
     routing = write_routing_table(dep, state_dir)
     py = sys.executable
-    base_env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-    }
+    base_env = {**os.environ, **_OFFLINE}
     runtime_url = opts.url(opts.runtime_port)
     endpoint_url = opts.url(opts.endpoint_port)
     gateway_url = opts.url(opts.gateway_port)
@@ -218,10 +216,9 @@ def start_services(dep: Deployment, base_dir: Path, opts: Options) -> dict[str, 
                 "--state-dir",
                 str(state_dir),
                 *(["--redis-url", opts.redis_url] if opts.redis_url else []),
-                # As many environments as the function may run, within what this machine
-                # runs (local.environments).
+                # As many as the function may run (the gateway caps it: local.environments).
                 "--router-environments",
-                str(min(dep.env.router.reserved_concurrency, MAX_ENVIRONMENTS)),
+                str(dep.env.router.reserved_concurrency),
             ],
             {**base_env, **fingerprint["router_env"]},
             f"{gateway_url}/health",

@@ -43,12 +43,12 @@ def engine_args(s: RuntimeSettings, *, cuda: bool) -> dict[str, Any]:
         # tokens) and detokenizes through vLLM; vLLM never loads remote code.
         "trust_remote_code": False,
         "seed": 0,
-        # The waiting queue ordered by (priority, arrival), not first come first served: the
-        # engine gives each request its sender's in-flight count as priority (fair queuing
-        # between tenants, contracts.fairness). vLLM's docs: ``scheduling_policy`` "priority"
-        # "means that requests are handled based on given priority (lower value means earlier
-        # handling) and time of arrival deciding any ties".
-        "scheduling_policy": "priority",
+        # By default the waiting queue ordered by (priority, arrival), not first come first
+        # served: the engine gives each request its sender's in-flight count as priority
+        # (fair queuing between tenants, contracts.fairness). vLLM's docs:
+        # ``scheduling_policy`` "priority" "means that requests are handled based on given
+        # priority (lower value means earlier handling) and time of arrival deciding any ties".
+        "scheduling_policy": s.scheduling_policy,
         # Compact JSON under a schema, as the adapters' labels are written: a grammar that
         # allows any whitespace lets a model spend its whole budget on it (measured: an
         # untrained model wrote tabs until max_new_tokens). vLLM sets this per engine, and

@@ -36,3 +36,16 @@ def test_a_merged_models_server_allocates_no_lora(tmp_path) -> None:
     without = engine_args(RuntimeSettings(model_dir=model, enable_lora=False), cuda=False)
     assert without["enable_lora"] is False
     assert not {"max_loras", "max_cpu_loras", "max_lora_rank"} & set(without)
+
+
+def test_the_queue_is_fair_between_senders_unless_told_otherwise(tmp_path, monkeypatch) -> None:
+    """vLLM's default queue is first come, first served, which lets one tenant's flood in
+    front of everyone (issue #40); the runtime asks for its priority queue (runtime.engine
+    gives each request its sender's in-flight count as priority)."""
+    model = _model(tmp_path, 4096)
+    assert engine_args(RuntimeSettings(model_dir=model), cuda=True)["scheduling_policy"] == (
+        "priority"
+    )
+    monkeypatch.setenv("OPTION_SCHEDULING_POLICY", "fcfs")
+    monkeypatch.setenv("SM_MODEL_DIR", str(model))
+    assert engine_args(RuntimeSettings.from_env(), cuda=True)["scheduling_policy"] == "fcfs"
