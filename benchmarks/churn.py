@@ -40,7 +40,7 @@ from benchmarks.results import cores, write_section
 HEADING = "## Adapter churn (`benchmarks/churn.py`)"
 
 
-async def _stream_gaps(url: str, adapter: str, n: int) -> list[float]:
+async def stream_gaps(url: str, adapter: str, n: int) -> list[float]:
     """Seconds between the stream's tokens."""
     stamps = []
     body = {
@@ -70,7 +70,7 @@ async def _short(url: str, adapter: str) -> dict:
 
 
 async def phase(url: str, stream_adapter: str, joiners: list[str], n: int) -> tuple[list, list]:
-    stream = asyncio.create_task(_stream_gaps(url, stream_adapter, n))
+    stream = asyncio.create_task(stream_gaps(url, stream_adapter, n))
     await asyncio.sleep(1.0)  # the stream is decoding
     answers = []
     for adapter in joiners:

@@ -385,8 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_server(server)
 
-    table = _table(rows)
-    print(table)
+    out = table(rows)
+    print(out)
     params = BaseManifest.read(base).parameters or 0
     import vllm
 
@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out,
         HEADING,
         header
-        + table
+        + out
         + "\n\n```json\n"
         + json.dumps({k: round(v, 4) for k, v in results.items()}, indent=2)
         + "\n```\n",
@@ -424,7 +424,7 @@ class Rows(list):
         super().append(row)
 
 
-def _table(rows: list[tuple[str, str, str]]) -> str:
+def table(rows: list[tuple[str, str, str]]) -> str:
     out = ["| case | comparison | result |", "|---|---|---|"]
     out += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return "\n".join(out)
