@@ -163,7 +163,9 @@ class RuntimeSettings(EnvSettings):
     #: Sequences vLLM runs at once (``max_num_seqs``).
     max_batch_size: Annotated[int, Env("OPTION_MAX_BATCH_SIZE"), Field(ge=1)] = 16
     #: vLLM's waiting queue: "priority" orders it by the sender's requests in flight (fair
-    #: queuing between tenants, ``contracts.fairness``); "fcfs" by arrival alone.
+    #: queuing between tenants, ``contracts.fairness``) and keeps a quarter of the batch from
+    #: any one sender while others are about (``runtime.engine.Engine.share_cap``); "fcfs"
+    #: orders it by arrival alone, with no reserve.
     scheduling_policy: Annotated[Literal["priority", "fcfs"], Env("OPTION_SCHEDULING_POLICY")] = (
         "priority"
     )

@@ -96,6 +96,13 @@ def finish_reason(reason: str | None, stop_reason: int | str | None) -> str:
     return "stop"
 
 
+#: A sender counts as "about" (``Engine.share_cap``) this long after its last request: a quiet
+#: tenant sending one request after another keeps its reserved slots between them.
+RESERVE_WINDOW_S = 10.0
+#: Senders whose last admission the engine keeps (the most recent ones).
+SENDERS_SEEN = 256
+
+
 class Engine:
     def __init__(self, settings: RuntimeSettings, telemetry: Telemetry | None = None) -> None:
         self.settings = settings
@@ -107,6 +114,11 @@ class Engine:
         self._admitted = 0
         #: Requests in the server per sender (``contracts.fairness``): the fair queue's counts.
         self._inflight: collections.Counter[str] = collections.Counter()
+        #: Sequences each sender has in vLLM, the last time each sender was admitted, and the
+        #: condition a sender over its share waits on (``_take_slot``).
+        self._in_engine: collections.Counter[str] = collections.Counter()
+        self._seen: dict[str, float] = {}
+        self._slots = asyncio.Condition()
         self._refresh: asyncio.Task | None = None
         #: transformers sets ``encode_special_tokens`` on the shared Rust tokenizer at every
         #: call, so two threads tokenizing at once could encode one user's text with another's
@@ -437,7 +449,50 @@ class Engine:
         # ordered: a running sequence is never preempted for priority alone.
         req.priority = self._inflight[req.fair_key]
         self._inflight[req.fair_key] += 1
+        now = time.monotonic()
+        self._seen[req.fair_key] = now
+        if len(self._seen) > 4 * SENDERS_SEEN:
+            self._seen = dict(sorted(self._seen.items(), key=lambda kv: -kv[1])[:SENDERS_SEEN])
         self.telemetry.queue_depth.set(self._admitted)
+
+    def share_cap(self, key: str) -> int | None:
+        """The most sequences ``key`` may run while other senders are about, or None.
+
+        Priority orders only vLLM's waiting queue; a running sequence keeps its slot until it
+        ends (vLLM preempts for KV-cache blocks, not for priority). A flood that fills every
+        slot would still make a quiet sender's request wait for one of its sequences to end
+        (with 4 slots and 96-token answers, most of a second per request). So while another
+        sender has been admitted within ``RESERVE_WINDOW_S``, one sender runs at most
+        ``max_batch_size`` less a quarter of it; alone it may fill the batch.
+        """
+        s = self.settings
+        reserve = s.max_batch_size // 4
+        if s.scheduling_policy != "priority" or reserve == 0:
+            return None
+        now = time.monotonic()
+        for other, seen in self._seen.items():
+            if other != key and (self._inflight[other] > 0 or now - seen < RESERVE_WINDOW_S):
+                return s.max_batch_size - reserve
+        return None
+
+    async def _take_slot(self, req: GenRequest, deadline: float) -> None:
+        """Wait (in the server, before vLLM) while the sender holds its share of the batch."""
+        key = req.fair_key
+        async with self._slots:
+            while (cap := self.share_cap(key)) is not None and self._in_engine[key] >= cap:
+                if time.perf_counter() > deadline:
+                    raise EngineError(504, "the request waited past its deadline for a slot")
+                # Woken when a sequence ends; the window's expiry is seen within a second.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._slots.wait(), 1.0)
+            self._in_engine[key] += 1
+
+    async def _free_slot(self, key: str) -> None:
+        async with self._slots:
+            self._in_engine[key] -= 1
+            if self._in_engine[key] <= 0:
+                del self._in_engine[key]
+            self._slots.notify_all()
 
     async def release(self, req: GenRequest) -> None:
         """Undo ``admit`` (once, whoever calls first: the generation's end, or the response
@@ -474,6 +529,7 @@ class Engine:
                 self.telemetry.cache_events.labels("hit" if hit else "miss", "host").inc()
             request_id = f"rt-{next(self._request_ids)}"
             deadline = req.arrival + self.settings.request_timeout_s
+            await self._take_slot(req, deadline)
             stream = self.llm.generate(
                 TokensPrompt(prompt_token_ids=req.input_ids),
                 params,
@@ -493,6 +549,7 @@ class Engine:
                 await stream.aclose()
                 if not finished:
                     await self._abort(request_id)
+                await self._free_slot(req.fair_key)
                 if not hit:  # vLLM loaded it from disk, and may have evicted another
                     self._follow_tiers()
         finally:

@@ -98,3 +98,80 @@ def test_one_senders_requests_keep_their_order(one_seq_server) -> None:
     for t in threads:
         t.join(timeout=300)
     assert finished == [0, 1, 2]
+
+
+@pytest.fixture(scope="module")
+def four_seq_server(tiny_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    srv = start_server(
+        tiny_base,
+        tmp_path_factory.mktemp("fair4"),
+        OPTION_MAX_BATCH_SIZE="4",
+        OPTION_MAX_NEW_TOKENS="512",
+        OPTION_CPU_KVCACHE_GIB="1",
+    )
+    yield srv
+    stop_server(srv)
+
+
+def test_a_flood_leaves_a_slot_for_a_sender_that_is_about(four_seq_server) -> None:
+    """Priority orders only the waiting queue, and a running sequence keeps its slot: a flood
+    filling all 4 slots made the quiet sender's next request wait for a 400-token answer to
+    end. While the quiet sender is about, the flood runs at most 3 and the quiet request
+    starts at once, so it ends first."""
+    srv = four_seq_server
+    finished: list[str] = []
+    lock = threading.Lock()
+
+    def send(name: str, attributes: str, n: int) -> None:
+        body = {"inputs": "count", "parameters": {"max_new_tokens": n, "min_new_tokens": n}}
+        headers = {"X-Amzn-SageMaker-Custom-Attributes": attributes}
+        with httpx.Client(base_url=srv.url, timeout=300) as client:
+            r = client.post("/invocations", json=body, headers=headers)
+        assert r.status_code == 200, r.text
+        with lock:
+            finished.append(name)
+
+    send("quiet-first", QUIET, 2)  # the quiet sender is about: it sent a request just now
+    flood = [
+        threading.Thread(target=send, args=(f"flood-{i}", FLOOD, 400), daemon=True)
+        for i in range(4)
+    ]
+    for t in flood:
+        t.start()
+    deadline = time.monotonic() + 60
+    while _admitted(srv) < 4:
+        assert time.monotonic() < deadline, "the flood was never admitted"
+        time.sleep(0.01)
+    time.sleep(0.3)  # the flood's first tokens are decoding
+    send("quiet", QUIET, 4)
+    for t in flood:
+        t.join(timeout=300)
+    assert finished[1] == "quiet", finished
+    assert sorted(finished[2:]) == [f"flood-{i}" for i in range(4)]
+
+
+def test_a_sender_alone_fills_the_batch(four_seq_server) -> None:
+    """The reserve holds only while another sender is about: with nobody else in the last
+    ``RESERVE_WINDOW_S``, one sender's four requests all run at once (no throughput lost)."""
+    from runtime.engine import RESERVE_WINDOW_S
+
+    srv = four_seq_server
+    time.sleep(RESERVE_WINDOW_S + 0.5)  # the previous test's quiet sender is gone
+    body = {"inputs": "count", "parameters": {"max_new_tokens": 200, "min_new_tokens": 200}}
+    headers = {"X-Amzn-SageMaker-Custom-Attributes": custom_attributes("alone")}
+
+    def send(out: list) -> None:
+        with httpx.Client(base_url=srv.url, timeout=300) as client:
+            out.append(client.post("/invocations", json=body, headers=headers).json())
+
+    answers: list[dict] = []
+    threads = [threading.Thread(target=send, args=(answers,), daemon=True) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    firsts = sorted(a["timings_ms"]["first_token"] for a in answers)
+    totals = sorted(a["timings_ms"]["total"] for a in answers)
+    # All four started together: the last first token came long before the first answer ended
+    # (a fourth held back would have started only after one of 200 tokens had finished).
+    assert firsts[-1] < totals[0] / 2, (firsts, totals)
