@@ -95,6 +95,8 @@ bench: setup  ## benchmarks (each prints a table and writes benchmarks/RESULTS.m
 	$(PY) benchmarks/serving.py
 	$(PY) benchmarks/parity.py
 	$(PY) benchmarks/churn.py
+	$(PY) benchmarks/rare_adapters.py
+	$(PY) benchmarks/tenants.py
 	$(PY) benchmarks/structured.py
 	$(PY) benchmarks/merged.py
 	$(PY) benchmarks/router.py

