@@ -488,10 +488,12 @@ class Engine:
             self._in_engine[key] += 1
 
     async def _free_slot(self, key: str) -> None:
+        # Counted down before the lock: a cancellation while waiting for it cannot leak the
+        # slot (the waiters then see it within their one-second wake-up).
+        self._in_engine[key] -= 1
+        if self._in_engine[key] <= 0:
+            del self._in_engine[key]
         async with self._slots:
-            self._in_engine[key] -= 1
-            if self._in_engine[key] <= 0:
-                del self._in_engine[key]
             self._slots.notify_all()
 
     async def release(self, req: GenRequest) -> None:
