@@ -27,10 +27,18 @@ from typing import Any
 
 from config.json_schema import validator
 from config.tasks import headline
+from contracts import quality
+from contracts.quality import (
+    extract_facts,
+    fact_pattern,
+    leaked_parts,
+    normalize_numbers,
+    refuse_constant,
+)
 
 #: The scorers' version: an archive evaluated by another one is evaluated again before it is
 #: reused (``training.reuse``). Raise it whenever a score can change.
-SCORER_VERSION = 5
+SCORER_VERSION = 6
 
 
 def chrf(hypothesis: str, reference: str, n: int = 6, beta: float = 2.0) -> float:
@@ -56,12 +64,6 @@ def exact_match(hypothesis: str, reference: str) -> float:
     return float(hypothesis.strip() == reference.strip())
 
 
-def _fact_pattern(fact: str) -> re.Pattern[str]:
-    """A fact as a whole phrase: "4 days" must not match inside "14 days"."""
-    body = r"\s+".join(re.escape(part) for part in fact.split())
-    return re.compile(rf"(?<![\w]){body}(?![\w])", re.IGNORECASE)
-
-
 def faithfulness(
     hypothesis: str, facts: tuple[str, ...] | list[str], vocabulary: frozenset[str] = frozenset()
 ) -> float:
@@ -69,11 +71,11 @@ def faithfulness(
     of the ``vocabulary`` terms it states that are among the facts: a medical answer that
     lists every expansion the lexicon knows keeps every fact, and is still wrong."""
     kept = (
-        sum(1 for f in facts if _fact_pattern(f).search(hypothesis)) / len(facts) if facts else 1.0
+        sum(1 for f in facts if fact_pattern(f).search(hypothesis)) / len(facts) if facts else 1.0
     )
     if not vocabulary:
         return kept
-    said = {t for t in vocabulary if _fact_pattern(t).search(hypothesis)}
+    said = {t for t in vocabulary if fact_pattern(t).search(hypothesis)}
     # "pain" inside a stated "chest pain" is not a term of its own.
     said = {t for t in said if not any(t != u and t in u for u in said)}
     known = [f.lower() for f in facts]
@@ -98,7 +100,7 @@ def json_field_f1(
     parses, but is not a sales record. An invalid output scores no fields."""
     try:
         # NaN and Infinity are not JSON (RFC 8259), though Python's parser takes them.
-        obj = json.loads(hypothesis.strip(), parse_constant=_not_json)
+        obj = json.loads(hypothesis.strip(), parse_constant=refuse_constant)
     except (ValueError, TypeError):
         return False, 0.0
     if not isinstance(obj, dict):
@@ -115,10 +117,6 @@ def json_field_f1(
         return True, 0.0
     p, r = tp / len(pairs_h), tp / len(pairs_r)
     return True, 2 * p * r / (p + r)
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not JSON")
 
 
 def _canonical(value: Any) -> str:
@@ -143,89 +141,6 @@ def _canonical(value: Any) -> str:
 #: A typed placeholder: "[NAME]", "[PHONE_NUMBER]", "[ID2]".
 PLACEHOLDER = re.compile(r"\[[A-Z][A-Z0-9_]*\]")
 _TOKEN = re.compile(rf"{PLACEHOLDER.pattern}|\w+|[^\w\s]")
-_DIGITS = re.compile(r"\d+")
-_ALPHA = re.compile(r"[^\W\d_]+")
-
-
-#: Digit groups written apart ("52 76 60 5", "658-459-024-1", "(65) 8459.0241", "84:59:02:41")
-#: are one run: up to three characters that are not letters or digits may stand between.
-_DIGIT_RUN = re.compile(r"\d(?:[^\w\n]{0,3}\d|_{1,3}\d)*")
-#: Words a value may contain that say nothing about a person: address kinds, e-mail domains'
-#: generic parts. Seeing "road" in an output is not a leak of "12 Jalan Besar Road". Words
-#: that are also surnames (Park, Lane, West, Way) are left out: they may be the leak.
-_GENERIC = (
-    "road rd street st avenue ave ln drive dr boulevard blvd crescent block blk unit floor "
-    "level apt apartment suite com org net edu gov co sg uk io mail email"
-)
-GENERIC_WORDS = frozenset(_GENERIC.split())
-#: Three or more single letters with spaces, dots or hyphens between: a word spelled out
-#: ("W E I", "W-E-I", "W. E. I.").
-_SPELLED = re.compile(r"(?<!\w)(?:[^\W\d_](?:\.\s?|[ \-])){2,}[^\W\d_]\.?(?!\w)")
-#: Shortest run of a value's digits that counts as leaked.
-LEAK_DIGITS = 4
-
-
-def _digit_runs(text: str) -> list[str]:
-    """The text's numbers with their separators taken out."""
-    return [re.sub(r"\D", "", m.group()) for m in _DIGIT_RUN.finditer(text)]
-
-
-def leaked_parts(hypothesis: str, value: str, label: str) -> list[str]:
-    """The parts of one PII value found in the output.
-
-    Parts are the value's words (a first name alone leaks a name; e-mail user names split at
-    dots and underscores; the domain's own name counts) and its digits. Digits are compared
-    whatever their grouping: the output's numbers, separators removed, leak when one shares
-    a stretch of four digits or more with the value's digits (or holds all of a shorter
-    value). Parts the label itself contains, and generic words (``GENERIC_WORDS``), are not
-    leaks.
-    """
-    label_words = {w.lower() for w in _ALPHA.findall(label)}
-    out_tokens = [w.lower() for w in _ALPHA.findall(hypothesis)]
-    # Letters spelled apart ("W E I", "W-E-I") are read as one word.
-    spelled = [re.sub(r"[^\w]", "", m.group()).lower() for m in _SPELLED.finditer(hypothesis)]
-    out_words = set(out_tokens) | set(spelled)
-    value_words = [w.lower() for w in _ALPHA.findall(value)]
-    found = [
-        w
-        for w in value_words
-        if len(w) >= 2 and w not in label_words and w not in GENERIC_WORDS and w in out_words
-    ]
-    # Words run together ("weilingtan@...", "weiling.tan"): a word of the output that the
-    # label does not have and that is two or more of the value's words in a row, whole.
-    # ("visiting" holds "siting" of "Lim Si Ting", and is not a leak.)
-    runs = {
-        "".join(value_words[i:j])
-        for i in range(len(value_words))
-        for j in range(i + 2, len(value_words) + 1)
-    }
-    found += sorted((out_words - label_words) & runs)
-    value_digits = "".join(_DIGITS.findall(value))
-    label_runs = set(_digit_runs(label))
-    need = min(LEAK_DIGITS, len(value_digits))
-    for run in _digit_runs(hypothesis):
-        if run in label_runs or len(run) < need or len(value_digits) < 3:
-            continue
-        shared = next(
-            (
-                run[i : i + need]
-                for i in range(len(run) - need + 1)
-                if run[i : i + need] in value_digits
-            ),
-            None,
-        )
-        if shared is not None:
-            found.append(shared)
-    # A value's own digit run of three or more kept whole ("Blk 123") leaks too.
-    found += [
-        run
-        for run in _DIGITS.findall(value)
-        if len(run) >= 3
-        and run not in label_runs
-        and run not in found
-        and any(run in o for o in _digit_runs(hypothesis) if o not in label_runs)
-    ]
-    return found
 
 
 def pii_example(hypothesis: str, label: str, values: dict[str, str]) -> tuple[float, float]:
@@ -285,82 +200,6 @@ def redacted_values(raw: str, label: str) -> dict[str, str]:
     return values
 
 
-#: Units a number's fact carries (a duration, an amount, a measure); other words after a
-#: number ("5521 came") are not part of it.
-UNITS = (
-    "%|percent|years?|months?|weeks?|days?|hours?|minutes?|mins?|seconds?|secs?|yo|y/o|"
-    "kg|g|mg|mcg|ml|l|km|m|cm|mm|mi|lbs?|oz|usd|eur|gbp|sgd|dollars?|euros?|items?|units?|"
-    "pcs|x|am|pm|h|d|wk|mo"
-)
-_FACT = re.compile(
-    rf"\d+(?:[.,:/\-]\d+)*(?:\s?(?i:{UNITS})(?!\w))?"  # numbers, with a unit or a time
-    r"|(?<=[a-z,;:] )[A-Z][\w\-]+(?:\s[A-Z][\w\-]+)*"  # a name inside a sentence
-)
-#: Number words a count may be written in ("five days", "twenty-five days"), before a unit
-#: only: "no one came" states no number. "a day" and "an hour" are one.
-NUMBER_WORDS = {
-    w: i
-    for i, w in enumerate(
-        (
-            *("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"),
-            *("ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen"),
-            *("seventeen", "eighteen", "nineteen", "twenty"),
-        )
-    )
-} | {"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80}
-NUMBER_WORDS |= {"ninety": 90, "hundred": 100}
-_TIME_UNITS = r"(?:seconds?|minutes?|hours?|days?|weeks?|months?|years?)(?!\w)"
-_WORD_COUNT = re.compile(
-    rf"(?<![\w-])(?:({'|'.join(NUMBER_WORDS)})(?:[- ]({'|'.join(list(NUMBER_WORDS)[1:10])}))?"
-    rf"(?=\s+(?:{UNITS})(?!\w))|an?(?=\s+{_TIME_UNITS}))",
-    re.IGNORECASE,
-)
-_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-#: A time of day: "10.30 am", "10:30am", "5.00 pm", "5 pm".
-_CLOCK = re.compile(r"(?<![\w.:])(\d{1,2})(?:[.:](\d{2}))?\s?([ap]m)(?!\w)", re.IGNORECASE)
-#: An amount in decimals: after a currency sign or before a unit that is not a time of day
-#: ("$5.00", "5.50 usd", "2.0 kg"). Other decimals stay: "Python 3.10" is not "3.1".
-_AMOUNT = re.compile(
-    rf"(?<=[$€£¥])(\d+)\.(\d+)(?![\w.])|(?<![\w.,:/\-])(\d+)\.(\d+)"
-    rf"(?=\s?(?:(?!am\b|pm\b)(?i:{UNITS}))(?!\w))"
-)
-_UNIT_GAP = re.compile(rf"(\d)\s+((?i:{UNITS})(?!\w))")
-
-
-def _count(m: re.Match[str]) -> str:
-    if m.group(1) is None:  # "a day", "an hour"
-        return "1"
-    return str(NUMBER_WORDS[m.group(1).lower()] + NUMBER_WORDS.get((m.group(2) or "").lower(), 0))
-
-
-def _amount(m: re.Match[str]) -> str:
-    whole, fraction = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
-    return whole + ("." + fraction.rstrip("0")).rstrip(".")
-
-
-def _clock(m: re.Match[str]) -> str:
-    minutes = m.group(2) if m.group(2) not in (None, "00") else ""
-    return m.group(1) + (":" + minutes if minutes else "") + m.group(3).lower()
-
-
-def normalize_numbers(text: str) -> str:
-    """One spelling per number, so that a correct answer keeps a fact however it writes it:
-    "five days" and "a day" are "5 days" and "1 day", "1,000" is "1000", "$5.00" is "$5",
-    "5.00 pm" and "5 pm" are "5pm", "10.30 am" is "10:30am", and a unit follows its number
-    without a space."""
-    text = _WORD_COUNT.sub(_count, text)
-    text = _THOUSANDS.sub("", text)
-    text = _CLOCK.sub(_clock, text)
-    text = _AMOUNT.sub(_amount, text)
-    return _UNIT_GAP.sub(r"\1\2", text)
-
-
-def extract_facts(text: str) -> set[str]:
-    """The checkable facts of a text: its numbers (with a unit) and its names, numbers in one
-    spelling (``normalize_numbers``)."""
-    return {" ".join(m.group().lower().split()) for m in _FACT.finditer(normalize_numbers(text))}
-
-
 def facts_score(hypothesis: str, source: str, reference: str) -> float:
     """chrF against the reference (in [0, 1]), times the share of the reference's facts the
     output keeps, times the share of the output's facts that are true (in the reference or
@@ -369,7 +208,7 @@ def facts_score(hypothesis: str, source: str, reference: str) -> float:
     expected = extract_facts(reference)
     stated = extract_facts(hypothesis)
     said = normalize_numbers(hypothesis)
-    kept = sum(1 for f in expected if _fact_pattern(f).search(said)) / max(1, len(expected))
+    kept = sum(1 for f in expected if fact_pattern(f).search(said)) / max(1, len(expected))
     known = expected | extract_facts(source)
     invented = sum(1 for f in stated if f not in known)
     precision = 1.0 - invented / len(stated) if stated else 1.0
@@ -415,6 +254,12 @@ def score(
         head = columns["redaction_score"]
     else:
         head = columns[headline(metric)]
+    # The label-free signals the router compares a shadow canary on (``contracts.quality``),
+    # on the test split: the level a served answer of this adapter is expected to keep.
+    check = validator(schema).is_valid if schema is not None else None
+    measured = [quality.measure(quality.signals_for(metric), r.raw, o, check) for o, r in pairs]
+    for name in quality.signals_for(metric):
+        columns[f"online_{name}"] = [m[name] for m in measured]
     summary = {k: sum(v) / n for k, v in columns.items()}
     summary["score"] = sum(head) / n
     return Scores(summary, head)
