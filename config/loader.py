@@ -36,6 +36,7 @@ from config.schema import (
     cap_problem,
 )
 from config.tasks import TASK_PROFILES, TaskProfile, headline
+from contracts.quality import DEFAULT_MARGINS, signals_for
 from contracts.routing import CanaryRoute, QuotaLimits, Route, RoutingTable
 from contracts.tokens import MESSAGE_OVERHEAD, text_tokens_bound
 
@@ -471,6 +472,15 @@ def _route(a: ResolvedAdapter) -> Route:
             min_callers=min(c.min_callers, _possible_callers(entry.allow)),
             sha256=c.sha256,
             weights_sha256=c.weights_sha256,
+            shadow=c.shadow,
+            # The signals the task's gate metric makes meaningful, each with its margin.
+            margins={
+                s: c.margins.get(s, DEFAULT_MARGINS[s]) for s in signals_for(a.profile.metric)
+            },
+            min_pairs=c.min_pairs,
+            promote_after=c.promote_after,
+            promote=c.promote,
+            confidence=c.confidence,
         )
     return Route(
         component=a.serving_component,

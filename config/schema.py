@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -37,6 +38,7 @@ from config.tasks import (
     custom_profile,
     headline,
 )
+from contracts.quality import SIGNALS
 from contracts.routing import QuotaLimits
 from contracts.settings import RouterSettings, RuntimeSettings
 
@@ -316,10 +318,61 @@ class CanaryConfig(_Published):
     stops sending it any (``lambda_proxy.canary``) when its error rate over a window passes
     ``max_error_rate``. ``artifact``/``sha256``/``weights_sha256``/``gated_base_revision`` are
     written by ``python -m training.publish --canary``, as for the stable version.
+
+    With ``shadow`` set, callers see only the stable version at first: the router mirrors that
+    share of stable's buffered requests to the canary after answering, compares both answers'
+    label-free quality signals on the same input (``contracts.quality``), and rolls the canary
+    back when it is worse by more than a signal's margin with confidence, or promotes it to a
+    ``weight`` split when ``promote_after`` pairs show it is not (``lambda_proxy.shadow``).
     """
 
     version: str = Field(pattern=VERSION_PATTERN)
-    weight: int = Field(ge=1, le=50, description="percent of session keys sent to the canary")
+    shadow: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=0.5,
+        description="shadow mode: the share of the stable version's buffered requests mirrored "
+        "to the canary after the caller has its answer; callers see only stable's answers "
+        "until the paired quality test promotes the canary (lambda_proxy.shadow)",
+    )
+    weight: int | None = Field(
+        default=None,
+        ge=1,
+        le=50,
+        validate_default=True,
+        description="percent of session keys sent to the canary; in shadow mode, once it is "
+        "promoted to a split (default 10 there; required otherwise)",
+    )
+    margins: dict[str, float] = Field(
+        default_factory=dict,
+        description="how much worse than stable the canary may be on a quality signal before "
+        "it is rolled back, by signal (json_valid, facts_kept, pii_leaked, repetition, "
+        "answered); a signal left out has its default",
+    )
+    min_pairs: int = Field(
+        default=30,
+        ge=20,
+        le=10_000,
+        description="mirrored pairs between two looks of the paired test (its first look is at "
+        "this many)",
+    )
+    promote_after: int = Field(
+        default=200,
+        ge=20,
+        le=1_000_000,
+        description="pairs after which a canary that is not worse on any signal is promoted",
+    )
+    promote: Literal["split", "hold"] = Field(
+        default="split",
+        description="what a promotion does: split (the canary takes ``weight`` percent of "
+        "session keys) or hold (only logged and counted; the canary stays a shadow)",
+    )
+    confidence: float = Field(
+        default=0.95,
+        ge=0.8,
+        lt=1.0,
+        description="the paired test's confidence over all its looks and signals",
+    )
     max_error_rate: float = Field(
         default=0.05,
         gt=0.0,
@@ -336,6 +389,41 @@ class CanaryConfig(_Published):
         description="distinct callers whose canary requests failed before the rate can decide "
         "(a container 500 can be one tenant's input; capped at the callers the entry admits)",
     )
+
+    @field_validator("weight")
+    @classmethod
+    def _weight(cls, weight: int | None, info: ValidationInfo) -> int:
+        if weight is not None:
+            return weight
+        if info.data.get("shadow") is None:
+            raise ValueError(
+                "a canary needs a weight (the percent of session keys it serves), or shadow "
+                "(the share of requests mirrored to it while it is judged)"
+            )
+        return 10
+
+    @field_validator("margins")
+    @classmethod
+    def _known_signals(cls, margins: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(margins) - set(SIGNALS))
+        if unknown:
+            raise ValueError(
+                f"unknown quality signal(s) {', '.join(unknown)}; the signals are "
+                f"{', '.join(SIGNALS)}"
+            )
+        bad = sorted(k for k, v in margins.items() if not 0.0 <= v <= 1.0)
+        if bad:
+            raise ValueError(f"margin of {', '.join(bad)} must be between 0 and 1")
+        return margins
+
+    @model_validator(mode="after")
+    def _looks(self) -> CanaryConfig:
+        if self.shadow is not None and self.promote_after < self.min_pairs:
+            raise ValueError(
+                f"promote_after ({self.promote_after}) is fewer pairs than the test's first "
+                f"look (min_pairs {self.min_pairs})"
+            )
+        return self
 
 
 class PreviousVersion(_Published):

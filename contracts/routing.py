@@ -46,6 +46,15 @@ class CanaryRoute(_Part):
     min_callers: int = Field(default=1, ge=1)
     sha256: str | None = None
     weights_sha256: str | None = None
+    #: Shadow mode (``lambda_proxy.shadow``): the share of stable's buffered requests mirrored
+    #: to the canary; None routes ``weight`` percent of keys to it from the start.
+    shadow: float | None = None
+    #: The quality signals compared (``contracts.quality``), each with its margin.
+    margins: dict[str, float] = Field(default_factory=dict)
+    min_pairs: int = 30
+    promote_after: int = 200
+    promote: Literal["split", "hold"] = "split"
+    confidence: float = 0.95
 
 
 class Route(_Part):

@@ -54,6 +54,13 @@ def test_a_canary_loads_and_the_routing_table_routes_its_share(tmp_path) -> None
         "min_callers": min(2, len(a.entry.allow.tenants) + len(a.entry.allow.principals)),
         "sha256": SHA_A,
         "weights_sha256": SHA_B,
+        # Not a shadow: the quality test's settings ride along at their defaults, and the
+        # signals are the ones a rewrite task (chrF) is compared on.
+        "margins": {"facts_kept": 0.05, "answered": 0.02, "repetition": 0.05},
+        "min_pairs": 30,
+        "promote_after": 200,
+        "promote": "split",
+        "confidence": 0.95,
     }
 
 
