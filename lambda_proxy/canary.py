@@ -17,6 +17,11 @@ tenant whose inputs make either version fail must not end a canary for everyone.
 The switch is keyed by the canary's version, so a new canary starts clean; only the request
 whose count tripped it learns so (it counts ``CanaryRollback`` and logs the reason once).
 
+A canary in shadow mode (``shadow`` set) serves no caller until it is promoted: the choice
+answers ``SHADOW`` while its split switch is unset, and ``lambda_proxy.shadow`` judges it on
+mirrored requests; its decisions set the same off switch, or the split switch
+(``Canaries.settle``).
+
 When Redis is away (or failed within ``BREAKER_S``), the same rules run in this process:
 the choice is a hash of the key (the same in every execution environment, so a key still
 does not flip between them), and the counters and switch are this process's own. Written by
@@ -26,26 +31,34 @@ hand because no library the router ships routes a weighted, sticky canary in Red
 from __future__ import annotations
 
 import collections
+import enum
 import hashlib
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import redis
 
 from contracts.routing import CanaryRoute
 from lambda_proxy.quota import BREAKER_S
 
+#: A canary's switches set by a decision: rolled back, promoted to its split, promotion held.
+Switch = Literal["off", "split", "held"]
+
 #: How long a session key keeps its version after its last request, in seconds.
 SESSION_TTL_S = 24 * 3600
 
-#: KEYS: the off switch, the session's assignment (empty: no session), the new-key counter.
-#: ARGV: weight (percent), session TTL (s). Returns 1 for the canary, 0 for stable, -1 when
-#: the canary was rolled back.
+#: KEYS: the off switch, the session's assignment (empty: no session), the new-key counter,
+#: the split switch of a shadow canary (empty: not one). ARGV: weight (percent), session TTL
+#: (s). Returns 1 for the canary, 0 for stable, -1 when the canary was rolled back, -2 for a
+#: shadow canary not promoted yet (stable serves; the request may be mirrored).
 _CHOOSE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return -1
+end
+if KEYS[4] ~= '' and redis.call('EXISTS', KEYS[4]) == 0 then
+  return -2
 end
 if KEYS[2] ~= '' then
   local got = redis.call('GET', KEYS[2])
@@ -95,6 +108,16 @@ return {req, err, 0, callers}
 """
 
 
+class Choice(enum.Enum):
+    """Which version serves a request, and why."""
+
+    STABLE = 0
+    CANARY = 1
+    OFF = -1
+    #: A shadow canary not promoted yet: stable serves, the request may be mirrored.
+    SHADOW = -2
+
+
 @dataclass(frozen=True)
 class Outcome:
     """One canary answer counted: the window's figures, and whether this one rolled it back."""
@@ -127,21 +150,35 @@ class LocalCanaries:
         self._windows: dict[str, list[int]] = {}
         self._failing: dict[str, set[str]] = {}
         self._off: set[str] = set()
+        self._split: set[str] = set()
+        self._held: set[str] = set()
 
-    def choose(self, base: str, canary: CanaryRoute, session: str | None) -> bool | None:
+    def choose(self, base: str, canary: CanaryRoute, session: str | None) -> Choice:
         with self._lock:
             if base in self._off:
-                return None
-            if session is not None:
-                # A hash, not this process's counter: every execution environment agrees.
-                return int(_digest(base, session), 16) % 100 < canary.weight
-            n = self._counters[base] = self._counters[base] + 1
-            return n * canary.weight // 100 > (n - 1) * canary.weight // 100
+                return Choice.OFF
+            if canary.shadow is not None and base not in self._split:
+                return Choice.SHADOW
+            return Choice.CANARY if self._pick(base, canary, session) else Choice.STABLE
+
+    def _pick(self, base: str, canary: CanaryRoute, session: str | None) -> bool:
+        if session is not None:
+            # A hash, not this process's counter: every execution environment agrees.
+            return int(_digest(base, session), 16) % 100 < canary.weight
+        n = self._counters[base] = self._counters[base] + 1
+        return n * canary.weight // 100 > (n - 1) * canary.weight // 100
 
     def switch_off(self, base: str) -> None:
         """Redis said the canary is off: so it stays here when Redis goes away."""
+        self.settle(base, "off")
+
+    def settle(self, base: str, switch: Switch) -> bool:
+        """Set a switch here (see ``Canaries.settle``); True when it was not set before."""
+        held = {"off": self._off, "split": self._split, "held": self._held}[switch]
         with self._lock:
-            self._off.add(base)
+            new = base not in held
+            held.add(base)
+            return new
 
     def record(
         self, base: str, window: str, canary: CanaryRoute, failed: bool, caller: str
@@ -176,12 +213,31 @@ class Canaries:
         register = getattr(client, "register_script", None)
         self._choose = register(_CHOOSE) if register is not None else None
         self._record = register(_RECORD) if register is not None else None
+        self._client = client
         self.fallback = LocalCanaries()
         self._skip_until = 0.0
 
     @staticmethod
-    def _base(adapter: str, canary: CanaryRoute) -> str:
+    def base(adapter: str, canary: CanaryRoute) -> str:
         return f"lora:canary:v1:{adapter}:{canary.version}"
+
+    def settle(self, adapter: str, canary: CanaryRoute, switch: Switch, evidence: str) -> bool:
+        """Record a quality decision (``lambda_proxy.shadow``) in the canary's switch of that
+        name, holding its evidence: ``off`` rolls it back, ``split`` promotes a shadow canary
+        to its weighted split, ``held`` records a promotion the catalog holds. True for the
+        call that set it, so a decision is counted and logged once; like the 5xx switch it has
+        no TTL."""
+        base = self.base(adapter, canary)
+        # A registered script means a Redis client (an in-process cache has none).
+        if self._choose is not None and time.monotonic() >= self._skip_until:
+            try:
+                done = bool(self._client.set(f"{base}:{switch}", evidence, nx=True))
+            except redis.RedisError:
+                self._skip_until = time.monotonic() + BREAKER_S
+            else:
+                self.fallback.settle(base, switch)
+                return done
+        return self.fallback.settle(base, switch)
 
     def _redis(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         """The script's answer, or None when Redis could not be asked (the breaker opens)."""
@@ -194,20 +250,29 @@ class Canaries:
             return None
 
     def choose(self, adapter: str, canary: CanaryRoute, tenant: str, session: str | None) -> bool:
-        """Whether this request goes to the canary. ``session``: the caller's key (None: the
+        """Whether this request goes to the canary (see ``route``)."""
+        return self.route(adapter, canary, tenant, session) is Choice.CANARY
+
+    def route(self, adapter: str, canary: CanaryRoute, tenant: str, session: str | None) -> Choice:
+        """Which version serves this request. ``session``: the caller's key (None: the
         request is a session of its own); keys are per tenant, so tenants cannot steer each
         other's assignment."""
-        base = self._base(adapter, canary)
+        base = self.base(adapter, canary)
         key = None if session is None else f"{base}:s:{_digest(tenant, session)}"
+        split = f"{base}:split" if canary.shadow is not None else ""
         got = self._redis(
-            self._choose, [f"{base}:off", key or "", f"{base}:n"], [canary.weight, SESSION_TTL_S]
+            self._choose,
+            [f"{base}:off", key or "", f"{base}:n", split],
+            [canary.weight, SESSION_TTL_S],
         )
         if got is None:
-            local = self.fallback.choose(base, canary, None if key is None else key)
-            return bool(local)
-        if int(got) == -1:
+            return self.fallback.choose(base, canary, key)
+        choice = Choice(int(got))
+        if choice is Choice.OFF:
             self.fallback.switch_off(base)
-        return int(got) == 1
+        elif split and choice is not Choice.SHADOW:
+            self.fallback.settle(base, "split")
+        return choice
 
     def record(
         self,
@@ -220,7 +285,7 @@ class Canaries:
         """Count one canary answer (``failed``: its own 5xx) in its window; ``caller``: who
         sent it (the tenant), so that failures are also counted per distinct caller."""
         now = time.time() if now is None else now
-        base = self._base(adapter, canary)
+        base = self.base(adapter, canary)
         window = f"{base}:w:{int(now // canary.window_s)}"
         who = _digest(base, caller)
         got = self._redis(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -23,15 +24,15 @@ from pydantic import ValidationError
 from contracts.fairness import custom_attributes
 from contracts.routing import CanaryRoute, Route
 from contracts.settings import RouterSettings
-from lambda_proxy import usage
+from lambda_proxy import shadow, usage
 from lambda_proxy.auth import Caller, allowed, caller_from_event, listed
 from lambda_proxy.cache import CacheUnavailableError, ResponseCache, cache_key
-from lambda_proxy.canary import Canaries
+from lambda_proxy.canary import Canaries, Choice
 from lambda_proxy.quota import Limits, Quotas, prompt_tokens_estimate
 from lambda_proxy.sagemaker import InvokeError, container_error, invoke, make_client
 from lambda_proxy.schema import GenerateRequest
 from lambda_proxy.settings import settings
-from lambda_proxy.telemetry import logger, metrics, tracer
+from lambda_proxy.telemetry import count_now, logger, metrics, tracer
 
 #: How a metric is counted: into the buffered handler's metrics (the default), or at once
 #: (``telemetry.count_now``) where no handler buffer belongs to the request.
@@ -126,11 +127,18 @@ class Dependencies:
     #: ``(state, reason)`` for queued, training, evaluating, not publishable or failed); None
     #: when it is served. A deployed environment routes only published adapters.
     availability: Callable[[str], tuple[str, str] | None] | None = None
+    #: Where shadow canaries' mirrors run, and their paired test's sums (``shadow``).
+    mirrors: shadow.Mirrors | None = None
+    pairs: shadow.Pairs | None = None
 
     def __post_init__(self) -> None:
         s = self.settings
         if self.canaries is None:
             self.canaries = Canaries(self.cache.client)
+        if self.mirrors is None:
+            self.mirrors = shadow.Mirrors()
+        if self.pairs is None:
+            self.pairs = shadow.Pairs(self.cache.client)
         if self.stream_client is None:
             self.stream_client = make_client(
                 s.sagemaker_endpoint_url, s.region, s.stream_deadline_s
@@ -345,6 +353,8 @@ class Prepared:
     fallback: Prepared | None = None
     #: Who sent it (the tenant, else the caller's ARN): a canary's failures count per caller.
     who: str = ""
+    #: A shadow canary's copy of this request, mirrored to it after stable answers (``mirror``).
+    mirror: Prepared | None = None
 
 
 def charge(
@@ -393,16 +403,9 @@ def payload_of(req: GenerateRequest) -> dict[str, Any]:
     return payload
 
 
-def _version(
-    adapter: str, who: str, route: Route, session: str | None
-) -> tuple[Route, CanaryRoute | None]:
-    """The route of the version that serves this request: the canary's (its component, version
-    and digests) for its share of session keys while it is not rolled back, else the stable
-    one's."""
-    canary = route.canary
-    if canary is None or not deps().canaries.choose(adapter, canary, who, session):  # type: ignore[union-attr]
-        return route, None
-    served = route.model_copy(
+def canary_route(route: Route, canary: CanaryRoute) -> Route:
+    """The canary version's route: its component, version and digests."""
+    return route.model_copy(
         update={
             "component": canary.component,
             "version": canary.version,
@@ -410,7 +413,21 @@ def _version(
             "weights_sha256": canary.weights_sha256,
         }
     )
-    return served, canary
+
+
+def _version(
+    adapter: str, who: str, route: Route, session: str | None
+) -> tuple[Route, CanaryRoute | None, Choice]:
+    """The route of the version that serves this request: the canary's for its share of
+    session keys while it is not rolled back (and, in shadow mode, once it is promoted), else
+    the stable one's; and the choice that decided it."""
+    canary = route.canary
+    if canary is None:
+        return route, None, Choice.STABLE
+    choice = deps().canaries.route(adapter, canary, who, session)  # type: ignore[union-attr]
+    if choice is not Choice.CANARY:
+        return route, None, choice
+    return canary_route(route, canary), canary, choice
 
 
 def prepare(
@@ -427,13 +444,26 @@ def prepare(
     table = deps().settings.routing_table
     who = caller.tenant or caller.arn
     charge(who, adapter, req, Limits.of(route.quota), route.prompt_overhead)
-    served, canary = _version(adapter, who, route, session_key(call, session))
+    served, canary, choice = _version(adapter, who, route, session_key(call, session))
     revision = table.base_revision or ""
     prep = _prepared(adapter, who, served, req, revision, canary)
     prep.who = who
     if canary is not None:
         prep.fallback = _prepared(adapter, who, route, req, revision)
         prep.fallback.who = who
+    shadowed = route.canary
+    if (
+        choice is Choice.SHADOW
+        and shadowed is not None
+        and not req.stream
+        # A share, not a secret: which requests are mirrored needs no cryptographic draw.
+        and random.random() < (shadowed.shadow or 0.0)  # noqa: S311
+    ):
+        # Not charged to the caller's quota (``charge`` ran once, for stable's answer).
+        prep.mirror = _prepared(
+            adapter, who, canary_route(route, shadowed), req, revision, shadowed
+        )
+        prep.mirror.who = who
     return prep
 
 
@@ -520,7 +550,8 @@ def serve(
     """Quota, cache, SageMaker: the native answer. Both APIs come through here (``kind``:
     ``native`` or ``openai``), and each outcome is one usage record (``lambda_proxy.usage``)."""
     try:
-        done = _answer(call, prepare(call, adapter, caller, route, req, session), t0)
+        prep = prepare(call, adapter, caller, route, req, session)
+        done = _answer(call, prep, t0)
     except RouterError as exc:
         ms = (time.perf_counter() - t0) * 1000
         usage.record(
@@ -528,7 +559,86 @@ def serve(
         )
         raise
     usage.record(usage.of_answer(caller, route, adapter, done, kind))
+    if prep.mirror is not None and isinstance(done.get("output"), str):
+        mirror(prep.mirror, done["output"])
     return done
+
+
+# -- shadow canaries -------------------------------------------------------------------------
+
+
+def mirror(prep: Prepared, stable_answer: str) -> None:
+    """Send a shadow canary its copy of a request stable has answered, in the background
+    (``shadow``): dropped, and counted, when the process's mirrors are at their cap."""
+    if deps().mirrors.submit(lambda: _mirrored(prep, stable_answer)):  # type: ignore[union-attr]
+        _buffered("ShadowMirrored")
+    else:
+        _buffered("ShadowDropped")
+
+
+def _mirrored(prep: Prepared, stable_answer: str) -> None:
+    """One mirror: the canary's answer, its signals beside stable's, the pair added to the
+    test, and the decision of a look acted on. Outside any handler's buffer, so its metrics
+    are flushed at once; nothing it meets may escape its thread."""
+    canary = prep.canary
+    assert canary is not None
+    try:
+        try:
+            result = _invoke(prep)
+        except InvokeError as exc:
+            count_now("ShadowFailed")
+            if exc.code not in CANARY_ABSENT:
+                count_canary(prep, exc, count_now)
+            logger.warning(
+                "shadow mirror failed",
+                extra={"adapter": prep.adapter, "canary_version": prep.version, "code": exc.code},
+            )
+            return
+        count_canary(prep, None, count_now)
+        schema = prep.payload["parameters"].get("json_schema")
+        stable = shadow.signals(canary, prep.payload, stable_answer, schema)
+        mirrored = shadow.signals(canary, prep.payload, result["generated_text"], schema)
+        base = deps().canaries.base(prep.adapter, canary)  # type: ignore[union-attr]
+        tally = deps().pairs.add(base, stable, mirrored)  # type: ignore[union-attr]
+        decision = shadow.decide(canary, tally) if tally is not None else None
+        if decision is not None:
+            settle(prep.adapter, canary, decision)
+    except Exception:  # a mirror's failure must never reach the router's thread pool
+        count_now("ShadowFailed")
+        logger.exception("shadow mirror failed", extra={"adapter": prep.adapter})
+
+
+def settle(adapter: str, canary: CanaryRoute, decision: shadow.Decision) -> None:
+    """Act on a look of the paired test: roll the canary back, promote it (or record a held
+    promotion), or log the look. A decision is counted and logged by the one call that set
+    its switch."""
+    evidence = decision.evidence()
+    extra = {"adapter": adapter, "canary_version": canary.version, "evidence": evidence}
+    if decision.action == "continue":
+        logger.info("shadow canary look: no decision", extra=extra)
+        return
+    if decision.action == "rollback":
+        text = json.dumps(evidence)
+        if deps().canaries.settle(adapter, canary, "off", text):  # type: ignore[union-attr]
+            count_now("CanaryRollback")
+            count_now("CanaryQualityRollback")
+            logger.error(
+                "canary rolled back on quality: every request now goes to the stable version",
+                extra={**extra, "reason": decision.reason},
+            )
+        return
+    switch = "split" if canary.promote == "split" else "held"
+    if deps().canaries.settle(adapter, canary, switch, json.dumps(evidence)):  # type: ignore[union-attr]
+        count_now("CanaryPromoted")
+        logger.warning(
+            f"shadow canary promoted ({canary.promote}): "
+            + (
+                f"it now serves {canary.weight}% of session keys"
+                if switch == "split"
+                else "it stays a shadow, as the catalog holds it"
+            ),
+            extra={**extra, "reason": decision.reason},
+        )
 
 
 def _answer(call: Call, prep: Prepared, t0: float) -> dict[str, Any]:

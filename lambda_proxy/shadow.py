@@ -1,0 +1,296 @@
+"""The shadow canary: mirrored requests, a paired quality test, and its decisions.
+
+A canary with ``shadow`` set serves no caller at first. After the stable version has
+answered a buffered request, the router mirrors that share of them to the canary's component,
+on a background thread: the caller never waits for it and never sees its answer, the mirror is
+charged to no quota and enters no cache. At most ``MAX_IN_FLIGHT`` mirrors run at once in one
+process; one more is dropped (``ShadowDropped``), so a slow canary cannot pile work onto the
+endpoint beyond ``shadow`` of stable's requests, and never more than that cap per router.
+
+Each mirrored answer is scored beside stable's answer to the same input on the label-free
+signals its task makes meaningful (``contracts.quality``), and the pair is added to running
+sums in Redis (one script: ``n``, and per signal the sums of both versions and of the paired
+difference and its square), so every execution environment feeds one test. The difference is
+oriented so that below zero is worse: canary minus stable for a signal where higher is
+better, stable minus canary otherwise.
+
+The test looks at the sums every ``min_pairs`` pairs (n = k * min_pairs). Look k spends
+alpha / (k (k + 1)) of the error rate alpha = 1 - confidence, so the chance of a wrong decision
+over all looks, however many there are, stays under alpha; within a look the signals share it
+(Bonferroni). At each look, a one-sided bound on the mean difference of each signal uses the
+normal quantile (``statistics.NormalDist``; the paired differences' sample deviation, and n is
+at least 20):
+
+- **rollback** when some signal's upper bound is below minus its margin: the canary is worse
+  by more than the margin, with confidence. The router sets the canary's off switch (the
+  same one its 5xx rule sets: ``lambda_proxy.canary``), counts ``CanaryRollback`` and
+  ``CanaryQualityRollback``, and logs the evidence;
+- **promotion** at the first look with n >= ``promote_after`` where every signal's lower bound
+  is above minus its margin: the canary is not worse on any signal, with confidence. With
+  ``promote: split`` it then takes ``weight`` percent of session keys (the canary's split
+  switch); with ``hold`` the decision is only logged and counted (``CanaryPromoted``).
+
+A mirror that fails with the canary container's own fault counts toward the 5xx rule like any
+canary answer. When Redis is away the sums are this process's own. Written by hand: no library
+the router ships runs a sequential paired test, and the signals are the gate's own.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from statistics import NormalDist
+from typing import Any, Literal
+
+import redis
+
+from contracts.quality import HIGHER_IS_BETTER, measure
+from contracts.routing import CanaryRoute
+
+#: Mirrors running at once in one process; one more is dropped rather than queued.
+MAX_IN_FLIGHT = 2
+
+#: KEYS: the pairs' sums (a hash), the canary's off switch. ARGV: for each signal its name,
+#: stable's value, the canary's, the oriented difference and its square. Returns the hash after
+#: adding the pair (empty when the canary is off: a pair landing after a rollback counts for
+#: nothing). No TTL, as for the switch (``lambda_proxy.canary``): ``volatile-lru`` must not
+#: evict a running test.
+_PAIR_SCRIPT = """
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return {}
+end
+redis.call('HINCRBY', KEYS[1], 'n', 1)
+for i = 1, #ARGV, 5 do
+  local name = ARGV[i]
+  redis.call('HINCRBYFLOAT', KEYS[1], 's:' .. name, ARGV[i + 1])
+  redis.call('HINCRBYFLOAT', KEYS[1], 'c:' .. name, ARGV[i + 2])
+  redis.call('HINCRBYFLOAT', KEYS[1], 'd:' .. name, ARGV[i + 3])
+  redis.call('HINCRBYFLOAT', KEYS[1], 'q:' .. name, ARGV[i + 4])
+end
+return redis.call('HGETALL', KEYS[1])
+"""
+
+
+def oriented(signal: str, stable: float, canary: float) -> float:
+    """The pair's difference, below zero when the canary is worse."""
+    return canary - stable if HIGHER_IS_BETTER[signal] else stable - canary
+
+
+@dataclass(frozen=True)
+class Tally:
+    """The sums after a pair: ``n``, and per signal stable's and the canary's sums and the
+    oriented differences' sum and sum of squares."""
+
+    n: int
+    stable: Mapping[str, float]
+    canary: Mapping[str, float]
+    diff: Mapping[str, float]
+    diff_sq: Mapping[str, float]
+
+    @classmethod
+    def of_hash(cls, fields: Mapping[str, float]) -> Tally:
+        parts: dict[str, dict[str, float]] = {"s": {}, "c": {}, "d": {}, "q": {}}
+        for key, value in fields.items():
+            kind, _, name = key.partition(":")
+            if kind in parts and name:
+                parts[kind][name] = float(value)
+        return cls(int(fields.get("n", 0)), parts["s"], parts["c"], parts["d"], parts["q"])
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One signal at a look: both versions' means, the mean oriented difference, its
+    one-sided bounds at this look's level, and the margin it is held to."""
+
+    signal: str
+    stable_mean: float
+    canary_mean: float
+    diff_mean: float
+    lower: float
+    upper: float
+    margin: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a look decided, with its evidence."""
+
+    action: Literal["continue", "rollback", "promote"]
+    n: int
+    look: int
+    #: The one-sided error rate each signal's bound was taken at, at this look.
+    alpha: float
+    z: float
+    bounds: tuple[Bound, ...]
+
+    @property
+    def reason(self) -> str:
+        if self.action == "rollback":
+            worse = [b for b in self.bounds if b.upper < -b.margin]
+            return (
+                "; ".join(
+                    f"{b.signal}: canary {b.canary_mean:.3f} vs stable {b.stable_mean:.3f}, "
+                    f"worse by at least {-b.upper:.3f} (margin {b.margin:g})"
+                    for b in worse
+                )
+                + f" over {self.n} mirrored requests"
+            )
+        if self.action == "promote":
+            return f"not worse than stable on {len(self.bounds)} signals over {self.n} pairs"
+        return f"undecided after {self.n} pairs"
+
+    def evidence(self) -> dict[str, Any]:
+        """The decision as logged, and as kept in the canary's split switch."""
+        return {
+            "action": self.action,
+            "reason": self.reason,
+            "n": self.n,
+            "look": self.look,
+            "alpha": self.alpha,
+            "z": round(self.z, 4),
+            "signals": {
+                b.signal: {k: round(v, 4) for k, v in asdict(b).items() if k != "signal"}
+                for b in self.bounds
+            },
+        }
+
+
+def decide(canary: CanaryRoute, tally: Tally) -> Decision | None:
+    """The test at this pair count: None between looks, else a decision (``continue`` when a
+    look decides nothing)."""
+    n = tally.n
+    if n < canary.min_pairs or n % canary.min_pairs:
+        return None
+    look = n // canary.min_pairs
+    signals = sorted(canary.margins)
+    alpha = (1.0 - canary.confidence) / (look * (look + 1)) / max(1, len(signals))
+    z = NormalDist().inv_cdf(1.0 - alpha)
+    bounds = []
+    for s in signals:
+        mean = tally.diff.get(s, 0.0) / n
+        var = max(0.0, (tally.diff_sq.get(s, 0.0) - n * mean * mean) / (n - 1))
+        half = z * math.sqrt(var / n)
+        bounds.append(
+            Bound(
+                s,
+                tally.stable.get(s, 0.0) / n,
+                tally.canary.get(s, 0.0) / n,
+                mean,
+                mean - half,
+                mean + half,
+                canary.margins[s],
+            )
+        )
+    if any(b.upper < -b.margin for b in bounds):
+        action: Literal["continue", "rollback", "promote"] = "rollback"
+    elif n >= canary.promote_after and all(b.lower > -b.margin for b in bounds):
+        action = "promote"
+    else:
+        action = "continue"
+    return Decision(action, n, look, alpha, z, tuple(bounds))
+
+
+class Pairs:
+    """The running sums of every shadow canary, in Redis (or this process while it is away)."""
+
+    def __init__(self, client: redis.Redis | None) -> None:
+        register = getattr(client, "register_script", None)
+        self._pair = register(_PAIR_SCRIPT) if register is not None else None
+        self._lock = threading.Lock()
+        self._local: dict[str, dict[str, float]] = {}
+
+    def add(
+        self, base: str, stable: Mapping[str, float], canary: Mapping[str, float]
+    ) -> Tally | None:
+        """Add one pair; the sums after it, or None when the canary is off."""
+        args: list[Any] = []
+        for s in sorted(stable):
+            d = oriented(s, stable[s], canary[s])
+            args += [s, repr(stable[s]), repr(canary[s]), repr(d), repr(d * d)]
+        if self._pair is not None:
+            try:
+                got = self._pair(keys=[f"{base}:pairs", f"{base}:off"], args=args)
+            except redis.RedisError:
+                got = None
+            if got is not None:
+                if not got:
+                    return None
+                it = iter(got)
+                return Tally.of_hash({k.decode(): float(v) for k, v in zip(it, it, strict=True)})
+        with self._lock:
+            sums = self._local.setdefault(base, {"n": 0.0})
+            sums["n"] += 1
+            for s in stable:
+                d = oriented(s, stable[s], canary[s])
+                for kind, value in (("s", stable[s]), ("c", canary[s]), ("d", d), ("q", d * d)):
+                    sums[f"{kind}:{s}"] = sums.get(f"{kind}:{s}", 0.0) + value
+            return Tally.of_hash(sums)
+
+
+def required_keys(schema: Mapping[str, Any] | None) -> Callable[[Any], bool] | None:
+    """The router's check of a JSON answer against the route's schema: the top-level
+    ``required`` properties are there. The container decodes to the whole schema, and the
+    training gate validates it whole (``jsonschema``, which the router's bundle does not ship);
+    what a mirror catches is an answer cut short or a key dropped."""
+    if not schema:
+        return None
+    required = [k for k in schema.get("required", ()) if isinstance(k, str)]
+    return lambda obj: isinstance(obj, dict) and all(k in obj for k in required)
+
+
+def source_text(payload: Mapping[str, Any]) -> str:
+    """The request's own text, what the signals compare an answer with: its ``inputs``, or
+    its user turns."""
+    if isinstance(payload.get("inputs"), str):
+        return payload["inputs"]
+    turns = payload.get("messages") or []
+    return "\n".join(
+        str(m.get("content", "")) for m in turns if isinstance(m, dict) and m.get("role") == "user"
+    )
+
+
+def signals(
+    canary: CanaryRoute, payload: Mapping[str, Any], answer: str, schema: Any = None
+) -> dict[str, float]:
+    """The canary's signals of one answer to a payload."""
+    return measure(
+        tuple(sorted(canary.margins)), source_text(payload), answer, required_keys(schema)
+    )
+
+
+class Mirrors:
+    """The background threads mirrors run on, bounded (see the module's docstring)."""
+
+    def __init__(self, limit: int = MAX_IN_FLIGHT) -> None:
+        self._slots = threading.BoundedSemaphore(limit)
+        self._pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="shadow")
+        self._lock = threading.Lock()
+        self._running = 0
+        self._idle = threading.Condition(self._lock)
+
+    def submit(self, job: Callable[[], None]) -> bool:
+        """Run ``job`` in the background; False (dropped) when the cap is reached."""
+        if not self._slots.acquire(blocking=False):
+            return False
+        with self._lock:
+            self._running += 1
+
+        def run() -> None:
+            try:
+                job()
+            finally:
+                self._slots.release()
+                with self._lock:
+                    self._running -= 1
+                    self._idle.notify_all()
+
+        self._pool.submit(run)
+        return True
+
+    def wait(self, timeout: float = 30.0) -> bool:
+        """Until no mirror runs (tests, the benchmark, the local platform's shutdown)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._running == 0, timeout)

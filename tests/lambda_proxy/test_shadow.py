@@ -1,0 +1,356 @@
+"""The shadow canary through the router: mirrors after the caller's answer, the paired quality
+test on them, and its decisions (rollback, promotion), with callers only ever served stable."""
+
+from __future__ import annotations
+
+import collections
+import io
+import json
+import random
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+from botocore.response import StreamingBody
+
+from contracts.routing import CanaryRoute
+from lambda_proxy import service, shadow
+from lambda_proxy.cache import ResponseCache
+from lambda_proxy.canary import Canaries
+from tests.lambda_proxy.conftest import call, event, routed
+
+STABLE, CANARY = "lora-test-medical", "lora-test-medical-canary"
+
+#: What a component answers for a request's text.
+Answerer = Callable[[str], str]
+
+
+class Components:
+    """SageMaker runtime as the router calls it: each inference component answers a request's
+    text with its own function, names its adapter version, and may block or fail."""
+
+    def __init__(self, answers: dict[str, Answerer], versions: dict[str, str]) -> None:
+        self.answers, self.versions = answers, versions
+        self.calls: collections.Counter[str] = collections.Counter()
+        self.gate: threading.Event | None = None
+        self.failing: set[str] = set()
+        self._lock = threading.Lock()
+
+    def invoke_endpoint(self, *, InferenceComponentName: str, Body: bytes, **_: Any) -> dict:  # noqa: N803 - boto3's names
+        with self._lock:
+            self.calls[InferenceComponentName] += 1
+        if InferenceComponentName == CANARY and self.gate is not None:
+            assert self.gate.wait(30), "the canary was never released"
+        if InferenceComponentName in self.failing:
+            raise ClientError(
+                {"Error": {"Code": "ModelError", "Message": "boom"}, "OriginalStatusCode": 500},
+                "InvokeEndpoint",
+            )
+        payload = json.loads(Body)
+        text = shadow.source_text(payload)
+        body = json.dumps(
+            {
+                "generated_text": self.answers[InferenceComponentName](text),
+                "finish_reason": "stop",
+                "adapter": InferenceComponentName,
+                "artifact": {"name": "medical", "version": self.versions[InferenceComponentName]},
+            }
+        ).encode()
+        return {"Body": StreamingBody(io.BytesIO(body), len(body))}
+
+
+def _canary(version: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "component": CANARY,
+        "version": version,
+        "weight": 50,
+        "max_error_rate": 0.05,
+        "window_s": 300,
+        "min_requests": 20,
+        "shadow": 0.5,
+        "margins": {
+            "json_valid": 0.05,
+            "facts_kept": 0.05,
+            "pii_leaked": 0.02,
+            "answered": 0.02,
+            "repetition": 0.05,
+        },
+        "min_pairs": 30,
+        "promote_after": 200,
+        "promote": "hold",
+        **extra,
+    }
+
+
+@pytest.fixture
+def version() -> str:
+    """A canary version no earlier run has counted in the shared Redis."""
+    return f"2.0.0-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def setup(redis_client):
+    """Configure the router with a shadow canary and these components' answers."""
+
+    def make(
+        canary: dict[str, Any], stable: Answerer, mirrored: Answerer, limit: int = 64, **route: Any
+    ) -> Components:
+        sm = Components(
+            {STABLE: stable, CANARY: mirrored}, {STABLE: "1.0.0", CANARY: canary["version"]}
+        )
+        cache = ResponseCache(redis_client, ttl_s=60)
+        routed(cache, sm, medical={"canary": canary, "cache": "off", **route})
+        service.deps().mirrors = shadow.Mirrors(limit)
+        return sm
+
+    yield make
+    service.configure(None)
+
+
+def _ask(text: str) -> tuple[int, dict[str, Any]]:
+    return call(event(body={"inputs": text, "parameters": {"max_new_tokens": 64}}))
+
+
+def _switch(version: str, name: str) -> Any:
+    base = Canaries.base("medical", CanaryRoute.model_validate(_canary(version)))
+    return service.deps().cache.client.get(f"{base}:{name}")
+
+
+def _emitted(out: str, name: str) -> list[Any]:
+    emitted = [json.loads(line) for line in out.splitlines() if '"_aws"' in line]
+    values = [m[name] for m in emitted if name in m]
+    return [v[0] if isinstance(v, list) else v for v in values]
+
+
+# -- degraded canaries -----------------------------------------------------------------------
+
+NOTE = "Pt 54 y/o seen by Dr Alvarez on 3 May, BP 140/90, HR 88 bpm, given 5 mg amlodipine."
+CONTACT = "Please call Maria Lopez at 555-123-4567 or mail maria.lopez@example.com about it."
+
+
+def _note(i: int) -> str:
+    return NOTE.replace("54", str(30 + i % 50))
+
+
+def _json_record(text: str) -> str:
+    return json.dumps({"summary": text[:40], "follow_up": True})
+
+
+DEGRADED = {
+    # A JSON adapter whose output stops validating (cut short: no closing brace).
+    "json": (lambda i: _note(i), _json_record, lambda t: _json_record(t)[:-1], "json_valid"),
+    # A rewrite adapter that drops the input's facts.
+    "facts": (
+        lambda i: _note(i),
+        lambda t: f"Patient note: {t}",
+        lambda t: "Patient seen.",
+        "facts_kept",
+    ),
+    # A redaction adapter that gives the personal values back.
+    "leak": (
+        lambda i: CONTACT.replace("123", str(100 + i)),
+        lambda t: "Please call [NAME] at [PHONE] or mail [EMAIL] about it.",
+        lambda t: t,
+        "pii_leaked",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DEGRADED))
+def test_a_degraded_canary_is_rolled_back_at_the_first_look_and_callers_get_only_stable(
+    setup, version, case, capsys, caplog
+) -> None:
+    request, stable, broken, signal = DEGRADED[case]
+    canary = _canary(version)
+    sm = setup(canary, stable, broken)
+    answers = []
+    for i in range(200):
+        status, body = _ask(request(i))
+        assert status == 200, body
+        answers.append((body["version"], body["output"]))
+        # One mirror at a time here, so the count at the decision is exact.
+        assert service.deps().mirrors.wait()
+    # Every caller saw stable's answer, to its own input.
+    assert all(v == "1.0.0" for v, _ in answers)
+    assert [o for _, o in answers] == [stable(request(i)) for i in range(200)]
+    # Rolled back at the test's first look: min_pairs mirrored requests, and none after.
+    assert sm.calls[CANARY] == canary["min_pairs"]
+    evidence = json.loads(_switch(version, "off"))
+    assert evidence["action"] == "rollback" and evidence["n"] == canary["min_pairs"]
+    assert signal in evidence["reason"], evidence
+    worst = evidence["signals"][signal]
+    assert worst["upper"] < -worst["margin"], worst
+    out = capsys.readouterr().out
+    assert _emitted(out, "CanaryQualityRollback") == [1.0]
+    assert _emitted(out, "CanaryRollback") == [1.0]
+    logged = [
+        r for r in caplog.records if r.getMessage().startswith("canary rolled back on quality")
+    ]
+    assert len(logged) == 1 and logged[0].canary_version == version
+    assert logged[0].evidence["signals"][signal]["canary_mean"] != worst["stable_mean"]
+
+
+# -- a canary as good as stable --------------------------------------------------------------
+
+
+def _sampled(seed: int) -> Answerer:
+    """A version that sometimes drops a fact, sometimes cuts its JSON short: the same weights
+    under a new version, so both versions draw from the same distribution."""
+    rng = random.Random(seed)
+    lock = threading.Lock()
+
+    def answer(text: str) -> str:
+        with lock:
+            r = rng.random()
+        if r < 0.05:
+            return json.dumps({"summary": "Patient seen."})[:-1]
+        if r < 0.2:
+            return json.dumps({"summary": text.split(",")[0]})
+        return json.dumps({"summary": text})
+
+    return answer
+
+
+def test_an_identical_canary_is_never_rolled_back_over_200_mirrored_requests(
+    setup, version, capsys
+) -> None:
+    random.seed(7)
+    canary = _canary(version, promote="hold")
+    sm = setup(canary, _sampled(1), _sampled(2))
+    for i in range(500):
+        status, body = _ask(_note(i))
+        assert status == 200 and body["version"] == "1.0.0", body
+        assert service.deps().mirrors.wait()
+    assert sm.calls[CANARY] >= 200, sm.calls
+    assert _switch(version, "off") is None
+    # Nothing decided against it, and nothing served from it: a promotion, had the bounds
+    # narrowed inside the margins already, is held as the catalog asks.
+    assert _switch(version, "split") is None
+    assert _emitted(capsys.readouterr().out, "CanaryQualityRollback") == []
+
+
+def test_a_canary_not_worse_is_promoted_to_its_split(setup, version, capsys) -> None:
+    same = lambda t: f"Patient note: {t}"  # noqa: E731 - the versions answer alike
+    canary = _canary(version, promote="split", promote_after=60, weight=50)
+    sm = setup(canary, same, same)
+    served = collections.Counter()
+    for i in range(400):
+        status, body = _ask(_note(i))
+        assert status == 200, body
+        served[body["version"]] += 1
+        assert service.deps().mirrors.wait()
+    evidence = json.loads(_switch(version, "split"))
+    assert evidence["action"] == "promote" and evidence["n"] == 60
+    # Before the promotion no caller saw the canary; after it, half of new keys do.
+    assert 100 <= served[version] <= 200, served
+    assert _emitted(capsys.readouterr().out, "CanaryPromoted") == [1.0]
+    assert sm.calls[CANARY] > served[version]
+
+
+def test_the_false_rollback_rate_of_an_identical_canary_is_under_its_alpha() -> None:
+    """The sequential test's promise, over many A/A runs of 600 pairs with noisy 0/1 signals:
+    wrong rollbacks stay under 1 - confidence (they are far fewer: the margin is there too)."""
+    canary = CanaryRoute.model_validate(_canary("9.9.9", margins={"json_valid": 0.0}))
+    rng = random.Random(11)
+    rolled = 0
+    for run in range(400):
+        pairs = shadow.Pairs(None)
+        for _ in range(600):
+            tally = pairs.add(
+                f"aa-{run}",
+                {"json_valid": float(rng.random() > 0.1)},
+                {"json_valid": float(rng.random() > 0.1)},
+            )
+            decision = shadow.decide(canary, tally)
+            if decision is not None and decision.action == "rollback":
+                rolled += 1
+                break
+    assert rolled / 400 <= 1 - canary.confidence, rolled
+
+
+# -- what a mirror may not do ----------------------------------------------------------------
+
+
+def test_callers_never_wait_for_the_mirror_and_its_load_is_bounded(
+    setup, version, monkeypatch, capsys
+) -> None:
+    monkeypatch.setattr(service.random, "random", lambda: 0.0)  # every request is mirrored
+    sm = setup(_canary(version), lambda t: "ok", lambda t: "ok", limit=2)
+    sm.gate = threading.Event()  # the canary answers nothing until released
+    try:
+        for i in range(10):
+            status, body = _ask(_note(i))
+            assert status == 200 and body["version"] == "1.0.0", body
+        # Ten callers answered while the canary was stuck: none waited for it, and only the
+        # cap's two mirrors reached it.
+        assert sm.calls[CANARY] == 2
+    finally:
+        sm.gate.set()
+    assert service.deps().mirrors.wait()
+    out = capsys.readouterr().out
+    assert sum(_emitted(out, "ShadowDropped")) == 8
+    assert sum(_emitted(out, "ShadowMirrored")) == 2
+
+
+def test_a_mirror_is_charged_to_no_quota_and_enters_no_cache(
+    setup, version, monkeypatch, redis_client
+) -> None:
+    monkeypatch.setattr(service.random, "random", lambda: 0.0)
+    mirrors: list[service.Prepared] = []
+    real = service.mirror
+
+    def spy(prep: service.Prepared, stable_answer: str) -> None:
+        mirrors.append(prep)
+        real(prep, stable_answer)
+
+    monkeypatch.setattr(service, "mirror", spy)
+    tenant = f"t-{uuid.uuid4().hex[:6]}"
+    sm = setup(
+        _canary(version),
+        lambda t: "stable",
+        lambda t: "canary",
+        cache="tenant",
+        quota={"requests_per_minute": 6},
+        tenants=[tenant],
+    )
+    statuses = []
+    for i in range(6):
+        body = {"inputs": _note(i), "parameters": {"max_new_tokens": 8}}
+        arn = f"arn:aws:sts::123456789012:assumed-role/{tenant}/session-1"
+        status, _ = call(event(body=body, arn=arn))
+        statuses.append(status)
+        assert service.deps().mirrors.wait()
+    # Six requests in a quota of six, each mirrored: had a mirror been charged, the fourth
+    # would have been refused.
+    assert statuses == [200] * 6
+    assert sm.calls[CANARY] == 6 and len(mirrors) == 6
+    # The stable answers are cached (deterministic requests, cache on); the canary's are not.
+    assert all(service.deps().cache.get(p.key) is None for p in mirrors)
+
+
+def test_a_mirror_the_canary_container_fails_counts_toward_its_5xx_rollback(
+    setup, version, capsys
+) -> None:
+    canary = _canary(version, min_callers=1)
+    sm = setup(canary, lambda t: "ok", lambda t: "ok")
+    sm.failing.add(CANARY)
+    for i in range(300):
+        status, body = _ask(_note(i))
+        assert status == 200 and body["output"] == "ok", body
+        assert service.deps().mirrors.wait()
+    assert sm.calls[CANARY] == canary["min_requests"]
+    assert "canary requests failed" in _switch(version, "off").decode()
+    assert _emitted(capsys.readouterr().out, "CanaryRollback") == [1.0]
+
+
+def test_a_shadow_canary_needs_no_weight_but_a_plain_one_does(tmp_path) -> None:
+    from config.schema import CanaryConfig
+
+    assert CanaryConfig(version="2.0.0", shadow=0.1).weight == 10
+    with pytest.raises(ValueError, match="needs a weight"):
+        CanaryConfig(version="2.0.0")
+    with pytest.raises(ValueError, match="unknown quality signal"):
+        CanaryConfig(version="2.0.0", shadow=0.1, margins={"bleu": 0.1})
