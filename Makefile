@@ -97,6 +97,7 @@ bench: setup  ## benchmarks (each prints a table and writes benchmarks/RESULTS.m
 	$(PY) benchmarks/churn.py
 	$(PY) benchmarks/rare_adapters.py
 	$(PY) benchmarks/tenants.py
+	$(PY) benchmarks/quality_canary.py
 	$(PY) benchmarks/structured.py
 	$(PY) benchmarks/merged.py
 	$(PY) benchmarks/router.py
