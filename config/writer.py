@@ -87,7 +87,7 @@ def _entry_end(lines: list[str], start: int, indent: str) -> int:
 
 
 def _field_lines(indent: str, key: str, value: Any) -> list[str]:
-    if isinstance(value, dict):
+    if isinstance(value, dict) and value:
         return [
             f"{indent}{key}:\n",
             *(x for k, v in value.items() for x in _field_lines(indent + "  ", k, v)),

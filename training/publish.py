@@ -412,7 +412,9 @@ def publish(
             "weights_sha256": weights,
             "gated_base_revision": gated,
         }
-        block = entry.canary.model_dump(exclude_none=True) | {
+        # Only what the entry says: a default written back would pin it (a later default
+        # change would never reach this entry), and the user's block stays as they wrote it.
+        block = entry.canary.model_dump(exclude_unset=True, exclude_none=True) | {
             k: v for k, v in recorded.items() if v is not None
         }
         update_adapter(adapter, {"canary": block}, catalog)

@@ -227,6 +227,57 @@ def test_a_training_jobs_recorded_metrics_decide(
     assert verified.eval is not None and verified.eval["publishable"]
 
 
+def test_publishing_a_shadow_canary_keeps_its_block_as_written(
+    trained, tmp_path, monkeypatch
+) -> None:
+    """The canary block gets the archive's hashes and keeps only what the entry says: its
+    shadow share and margins, no defaults written in (found by CI: an empty ``margins`` made
+    the catalog edit fail)."""
+    from config.loader import CATALOG_PATH
+    from config.writer import update_adapter
+
+    monkeypatch.setattr("training.publish.local_base_dir", lambda dep: None)
+    catalog = tmp_path / "adapters.yaml"
+    shutil.copy(CATALOG_PATH, catalog)
+    block = {"version": "1.1.0", "shadow": 0.2, "margins": {"pii_leaked": 0.01}}
+    update_adapter(NAME, {"canary": block}, catalog)
+    archive = _as_job_output(trained, tmp_path)
+    work = tmp_path / "canary"
+    with tarfile.open(archive) as tar:
+        tar.extractall(work, filter="data")
+    write_manifest(work, read_manifest(archive).model_copy(update={"version": "1.1.0"}))
+    pack(work, archive)
+    job = _job(trained, ci_low=0.25)
+    job["HyperParameters"]["version"] = "1.1.0"
+    publish(
+        archive,
+        NAME,
+        ENV,
+        bucket="my-bucket",
+        s3=FakeS3(),
+        catalog=catalog,
+        describe_job=lambda name, region: job,
+        job_archive=_wrote(archive),
+        canary=True,
+    )
+    entry = next(a for a in load_catalog(catalog).adapters if a.name == NAME)
+    assert entry.canary is not None and entry.canary.sha256 == sha256_file(archive)
+    assert (entry.canary.shadow, entry.canary.margins) == (0.2, {"pii_leaked": 0.01})
+    assert entry.canary.model_fields_set >= {"version", "shadow", "margins", "sha256"}
+    assert not entry.canary.model_fields_set & {"weight", "min_pairs", "promote", "confidence"}
+
+
+def test_an_empty_mapping_is_written_as_one(tmp_path) -> None:
+    from config.loader import CATALOG_PATH
+    from config.writer import update_adapter
+
+    catalog = tmp_path / "adapters.yaml"
+    shutil.copy(CATALOG_PATH, catalog)
+    update_adapter(NAME, {"canary": {"version": "1.1.0", "weight": 5, "margins": {}}}, catalog)
+    entry = next(a for a in load_catalog(catalog).adapters if a.name == NAME)
+    assert entry.canary is not None and entry.canary.margins == {}
+
+
 def _wrote(archive: Path):
     """A job output whose adapter archive is ``archive`` (job_archive_sha256's answer)."""
     digest = sha256_file(archive)
