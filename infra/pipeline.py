@@ -248,12 +248,9 @@ class PipelineStack(Stack):
             # Publish registers each version in its adapter's model package group, pending
             # approval; the release's approval step reads the packages (training.registry).
             # Approving is a person's (training.approve), so UpdateModelPackage is not here.
+            # ListModelPackages is in the statement on "*" below.
             iam.PolicyStatement(
-                actions=[
-                    "sagemaker:CreateModelPackage",
-                    "sagemaker:DescribeModelPackage",
-                    "sagemaker:ListModelPackages",
-                ],
+                actions=["sagemaker:CreateModelPackage", "sagemaker:DescribeModelPackage"],
                 resources=packages,
             ),
             iam.PolicyStatement(
@@ -292,12 +289,16 @@ class PipelineStack(Stack):
                 actions=["servicequotas:GetServiceQuota"],
                 resources=[arn("servicequotas", "sagemaker/*", "", ArnFormat.NO_RESOURCE_NAME)],
             ),
-            # None has a resource-level form (Service Authorization Reference).
+            # None has a resource-level form (Service Authorization Reference). SageMaker's
+            # guide, "Amazon SageMaker API Permissions": "Except for the ListTags API,
+            # resource-level restrictions are not available on List- calls", so a
+            # ListModelPackages granted on group ARNs is denied (outside review, #38).
             iam.PolicyStatement(
                 actions=[
                     "ecr:GetAuthorizationToken",
                     "sts:GetCallerIdentity",
                     "servicequotas:ListServiceQuotas",
+                    "sagemaker:ListModelPackages",
                 ],
                 resources=["*"],
             ),
@@ -433,9 +434,9 @@ class PipelineStack(Stack):
             **project_logs(release),
             **inline,
             "AwsSolutions-IAM5[Resource::*]": (
-                "ecr:GetAuthorizationToken, sts:GetCallerIdentity and "
-                "servicequotas:ListServiceQuotas have no resource-level form (Service "
-                "Authorization Reference); everything else names its resource."
+                "ecr:GetAuthorizationToken, sts:GetCallerIdentity, "
+                "servicequotas:ListServiceQuotas and sagemaker:ListModelPackages (SageMaker's "
+                "List- calls) have no resource-level form; everything else names its resource."
             ),
         }
         reasons = _RELEASE_RESOURCE_REASONS

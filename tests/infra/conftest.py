@@ -141,3 +141,21 @@ def policy_arns(template: dict) -> set[str]:
         for s in p["Properties"]["PolicyDocument"]["Statement"]
         for r in s["Resource"]
     }
+
+
+def scoped_list_grants(template: dict) -> list[tuple[str, object]]:
+    """SageMaker List- actions a policy in ``template`` grants on named resources. SageMaker's
+    guide, "Amazon SageMaker API Permissions": "Except for the ListTags API, resource-level
+    restrictions are not available on List- calls": such a grant is denied at run time."""
+    found = []
+    for r in template["Resources"].values():
+        if r["Type"] not in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+            continue
+        for st in r["Properties"]["PolicyDocument"]["Statement"]:
+            actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+            lists = [
+                a for a in actions if a.startswith("sagemaker:List") and a != "sagemaker:ListTags"
+            ]
+            if lists and st["Effect"] == "Allow" and st["Resource"] != "*":
+                found += [(a, st["Resource"]) for a in lists]
+    return found

@@ -349,6 +349,17 @@ def test_the_release_roles_policy_allows_every_call_the_release_makes(
     assert "ecr:DescribeRepositories" in actions and "servicequotas:GetServiceQuota" in actions
 
 
+def test_sagemaker_list_calls_are_granted_on_every_resource(synthesized) -> None:
+    """The release role's ListModelPackages was granted on the model package groups, which
+    SageMaker does not authorize a List- call against: publish and the release's approval
+    step would have been denied (outside review of #38)."""
+    from tests.infra.conftest import scoped_list_grants
+
+    assert scoped_list_grants(synthesized["template"]) == []
+    granted = json.dumps(synthesized["template"])
+    assert "sagemaker:ListModelPackages" in granted
+
+
 def test_a_stage_in_another_account_is_refused_at_synth(tmp_path: Path) -> None:
     import dataclasses
 
