@@ -481,6 +481,8 @@ def _route(a: ResolvedAdapter) -> Route:
             promote_after=c.promote_after,
             promote=c.promote,
             confidence=c.confidence,
+            # training.registry.group_name: the stable component's name.
+            registry_group=a.component_name if c.shadow is not None else None,
         )
     return Route(
         component=a.serving_component,

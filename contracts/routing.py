@@ -55,6 +55,9 @@ class CanaryRoute(_Part):
     promote_after: int = 200
     promote: Literal["split", "hold"] = "split"
     confidence: float = 0.95
+    #: The model package group this version is registered in (``contracts.registry``), where
+    #: the router records the paired test's decision; None: no record is written.
+    registry_group: str | None = None
 
 
 class Route(_Part):

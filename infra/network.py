@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import Stack
+from aws_cdk import Aws, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
@@ -12,6 +12,7 @@ from constructs import Construct
 from config import Deployment
 from infra.adapters import artifact_bucket_name
 from infra.nag import acknowledge, checkov_skip
+from infra.registry import shadow_groups
 
 #: Interface endpoints, each with who calls it from inside the VPC; an endpoint nobody in the
 #: VPC calls costs an ENI-hour per AZ for nothing (deploy review r3, finding 15: sagemaker.api
@@ -27,8 +28,20 @@ INTERFACE_ENDPOINTS = {
     "Monitoring": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING,
     "XRay": ec2.InterfaceVpcEndpointAwsService.XRAY,
 }
+#: Endpoints made only while something calls them: the SageMaker API while some canary is a
+#: shadow (``infra.registry.shadow_groups``).
+SHADOW_ENDPOINTS = {"SageMakerApi": ec2.InterfaceVpcEndpointAwsService.SAGEMAKER_API}
+#: What the router calls there (``lambda_proxy.registry``), all its endpoint policy admits.
+REGISTRY_ACTIONS = (
+    "sagemaker:ListModelPackages",
+    "sagemaker:DescribeModelPackage",
+    "sagemaker:UpdateModelPackage",
+)
 #: Who calls each endpoint from the VPC's subnets.
 ENDPOINT_CALLERS = {
+    "SageMakerApi": "the router Lambda, while a canary is a shadow: its decision into the "
+    "version's Model Registry record (lambda_proxy.registry: ListModelPackages, "
+    "DescribeModelPackage, UpdateModelPackage)",
     "SageMakerRuntime": "the router Lambda: InvokeEndpoint(WithResponseStream)",
     "EcrApi": "SageMaker hosting in the VPC: the runtime image's manifest (ECR user guide, "
     "interface endpoints for private subnets)",
@@ -134,8 +147,9 @@ class Network(Construct):
             ec2.Port.tcp(443),
             "S3 through the gateway endpoint (model data, adapters, image layers)",
         )
-        for name, service in INTERFACE_ENDPOINTS.items():
-            self.vpc.add_interface_endpoint(
+        wanted = {**INTERFACE_ENDPOINTS, **(SHADOW_ENDPOINTS if shadow_groups(dep) else {})}
+        for name, service in wanted.items():
+            endpoint = self.vpc.add_interface_endpoint(
                 name,
                 service=service,
                 private_dns_enabled=True,
@@ -147,6 +161,18 @@ class Network(Construct):
                 # get in (the ingress rules above).
                 open=False,
             )
+            if name in SHADOW_ENDPOINTS:
+                # Its one caller makes three calls (lambda_proxy.registry); the endpoint's
+                # policy admits those, by this account's principals, and nothing else of the
+                # SageMaker API, whoever reaches the endpoint.
+                endpoint.add_to_policy(
+                    iam.PolicyStatement(
+                        principals=[iam.AnyPrincipal()],
+                        actions=list(REGISTRY_ACTIONS),
+                        resources=["*"],
+                        conditions={"StringEquals": {"aws:PrincipalAccount": Aws.ACCOUNT_ID}},
+                    )
+                )
 
 
 def model_buckets(dep: Deployment) -> list[str]:

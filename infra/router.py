@@ -28,9 +28,11 @@ from constructs import Construct
 
 from config import Deployment
 from config.processes import router_settings
+from contracts.registry import SHADOW_STAGE, SHADOW_STATUS
 from infra.bundle import router_bundle
 from infra.lifecycle import removal_policy, retention
 from infra.nag import acknowledge, checkov_skip
+from infra.registry import shadow_groups
 
 STAGE = "live"
 #: The port the router's web app listens on inside the function (the adapter's default).
@@ -139,6 +141,9 @@ class Router(Construct):
         self.invoke_policies = invoke_policies(self, stack, dep)
         for invoke in self.invoke_policies:
             self.role.add_managed_policy(invoke)
+        self.registry_policy = registry_policy(self, stack, dep)
+        if self.registry_policy is not None:
+            self.role.add_managed_policy(self.registry_policy)
 
         code_dir, code_hash = router_bundle(dep.routing_table())
         self.function = lambda_.Function(
@@ -180,7 +185,11 @@ class Router(Construct):
                 **router_settings(dep).to_env(),
             },
         )
-        self.function.node.add_dependency(self.policy, *self.invoke_policies)
+        self.function.node.add_dependency(
+            self.policy,
+            *self.invoke_policies,
+            *([self.registry_policy] if self.registry_policy is not None else []),
+        )
         synchronous = (
             "Invoked synchronously by API Gateway only; a dead-letter queue applies to "
             "asynchronous invocations, and failures are returned to the caller."
@@ -486,6 +495,86 @@ def invoke_policies(scope: Construct, stack: Stack, dep: Deployment) -> list[iam
             "component; make check refuses an environment whose prefix extends another's.",
         )
     return policies
+
+
+#: Shadow canaries' groups listed by name in the registry policy; past this many, the
+#: environment's groups by its prefix. Two statements name each group (about 110 characters an
+#: ARN at SageMaker's 63-character names): 15 stay well inside IAM's 6,144-character managed
+#: policy (IAM user guide, "IAM and AWS STS quotas"; an outside review counted 21 at most).
+GROUPS_PER_POLICY = 15
+
+
+def registry_policy(scope: Construct, stack: Stack, dep: Deployment) -> iam.ManagedPolicy | None:
+    """Record a shadow canary's decision in its version's Model Registry record
+    (``lambda_proxy.registry``); no policy when no canary is a shadow.
+
+    SageMaker's guide ("Amazon SageMaker API Permissions"): "Except for the ListTags API,
+    resource-level restrictions are not available on List- calls", so ``ListModelPackages`` is
+    granted on ``*``; it returns summaries only. Describing and updating are limited to the
+    shadow canaries' groups, and the update to what a decision writes, with the request and
+    resource condition keys the Service Authorization Reference gives ``UpdateModelPackage``:
+    no approval status (``sagemaker:ModelApprovalStatus`` absent: approving stays a person's,
+    ``training.approve``), no metadata removed, the shadow canary's stage with one of its
+    statuses, and never over a stage someone else set (``sagemaker:CurrentModelLifeCycleStage``
+    when the package has one)."""
+    groups = shadow_groups(dep)
+    if not groups:
+        return None
+    if len(groups) > GROUPS_PER_POLICY:
+        groups = [f"{dep.env.prefix}-*"]
+    packages = [
+        stack.format_arn(service="sagemaker", resource="model-package", resource_name=f"{g}/*")
+        for g in groups
+    ]
+    policy = iam.ManagedPolicy(
+        scope,
+        "RegistryPolicy",
+        statements=[
+            iam.PolicyStatement(
+                sid="FindTheCanaryVersionsPackage",
+                actions=["sagemaker:ListModelPackages"],
+                resources=["*"],
+            ),
+            iam.PolicyStatement(
+                sid="ReadShadowCanaryPackages",
+                actions=["sagemaker:DescribeModelPackage"],
+                resources=packages,
+            ),
+            iam.PolicyStatement(
+                sid="RecordShadowCanaryDecisions",
+                actions=["sagemaker:UpdateModelPackage"],
+                resources=packages,
+                conditions={
+                    "Null": {
+                        "sagemaker:ModelApprovalStatus": "true",
+                        "sagemaker:CustomerMetadataPropertiesToRemove": "true",
+                    },
+                    "StringEquals": {
+                        "sagemaker:ModelLifeCycle:Stage": SHADOW_STAGE,
+                        "sagemaker:ModelLifeCycle:StageStatus": sorted(SHADOW_STATUS.values()),
+                    },
+                    "StringEqualsIfExists": {"sagemaker:CurrentModelLifeCycleStage": SHADOW_STAGE},
+                },
+            ),
+        ],
+    )
+    region = stack.region
+    acknowledge(
+        policy,
+        "AwsSolutions-IAM5[Resource::*]",
+        "ListModelPackages: SageMaker's List- calls take no resource-level restriction "
+        "(SageMaker developer guide, API permissions); it returns package summaries only.",
+    )
+    for g in groups:
+        acknowledge(
+            policy,
+            f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sagemaker:{region}:"
+            f"<AWS::AccountId>:model-package/{g}/*]",
+            "A version's package ARN ends in the number SageMaker gives it at registration, "
+            "unknown at synth; limited to this shadow canary's group, and the update to a "
+            "lifecycle record that sets no approval status.",
+        )
+    return policy
 
 
 def router_policy(

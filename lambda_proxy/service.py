@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from contracts.fairness import custom_attributes
 from contracts.routing import CanaryRoute, Route
 from contracts.settings import RouterSettings
-from lambda_proxy import shadow, usage
+from lambda_proxy import registry, shadow, usage
 from lambda_proxy.auth import Caller, allowed, caller_from_event, listed
 from lambda_proxy.cache import CacheUnavailableError, ResponseCache, cache_key
 from lambda_proxy.canary import Canaries, Choice
@@ -130,6 +130,9 @@ class Dependencies:
     #: Where shadow canaries' mirrors run, and their paired test's sums (``shadow``).
     mirrors: shadow.Mirrors | None = None
     pairs: shadow.Pairs | None = None
+    #: Where a shadow canary's decisions are recorded (``registry``): the Model Registry on
+    #: AWS; None where there is none (the local platform, tests that do not ask for it).
+    registry: registry.Recorder | None = None
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -172,6 +175,7 @@ def deps() -> Dependencies:
             settings=s,
             cache=ResponseCache.from_url(s.redis_url, s.cache_ttl_s, password),
             client=make_client(s.sagemaker_endpoint_url, s.region, s.invoke_deadline_s),
+            registry=registry.Recorder(s.region),
         )
     return _deps
 
@@ -626,6 +630,7 @@ def settle(adapter: str, canary: CanaryRoute, decision: shadow.Decision) -> None
                 "canary rolled back on quality: every request now goes to the stable version",
                 extra={**extra, "reason": decision.reason},
             )
+            record(adapter, canary, decision, "rollback")
         return
     switch = "split" if canary.promote == "split" else "held"
     if deps().canaries.settle(adapter, canary, switch, json.dumps(evidence)):  # type: ignore[union-attr]
@@ -638,6 +643,34 @@ def settle(adapter: str, canary: CanaryRoute, decision: shadow.Decision) -> None
                 else "it stays a shadow, as the catalog holds it"
             ),
             extra={**extra, "reason": decision.reason},
+        )
+        record(adapter, canary, decision, "promote" if switch == "split" else "held")
+
+
+def record(adapter: str, canary: CanaryRoute, decision: shadow.Decision, kind: str) -> None:
+    """Write a decision into the canary version's Model Registry record (``registry``), once,
+    by the call that set its switch. A failure is logged and counted (``RegistryRecordFailed``):
+    the decision stands, and its evidence is in the logs and the switch."""
+    recorder, group = deps().registry, canary.registry_group
+    if recorder is None or group is None:
+        return
+    status = registry.STATUS[kind]
+    extra = {"adapter": adapter, "canary_version": canary.version, "group": group}
+    try:
+        arn = recorder.record(group, canary.version, decision, status)
+    except Exception as exc:  # the registry's failure must not undo or hide the decision
+        count_now("RegistryRecordFailed")
+        logger.warning(
+            "shadow canary decision not recorded in the Model Registry",
+            extra={**extra, "error": f"{type(exc).__name__}: {exc}"[:500]},
+        )
+        return
+    if arn is None:
+        logger.warning("shadow canary decision: the version has no model package", extra=extra)
+    else:
+        logger.info(
+            "shadow canary decision recorded in the Model Registry",
+            extra={**extra, "model_package": arn, "status": status},
         )
 
 

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from config import Deployment, ResolvedAdapter
 from contracts.manifests import AdapterManifest
+from contracts.registry import APPROVED, PENDING, Package, find
 
-APPROVED, PENDING = "Approved", "PendingManualApproval"
 #: CreateModelPackage's CustomerMetadataProperties: values of at most 256 characters of this
 #: class (botocore's sagemaker model, shape CustomerMetadataValue).
 _METADATA_VALUE_MAX = 256
@@ -42,46 +41,6 @@ def group_name(a: ResolvedAdapter) -> str:
     """The adapter's model package group: its stable component's name (already checked
     against SageMaker's 63-character name rule, which groups share)."""
     return a.component_name
-
-
-@dataclass(frozen=True)
-class Package:
-    arn: str
-    status: str
-    metadata: dict[str, str]
-    description: str = ""
-
-    @property
-    def approved(self) -> bool:
-        return self.status == APPROVED
-
-
-def find(sm: Any, group: str, version: str) -> Package | None:
-    """The package registered for ``version`` in ``group``, if any."""
-    from botocore.exceptions import ClientError
-
-    # ListModelPackages' documented default is UNVERSIONED only (botocore's sagemaker model).
-    pages = sm.get_paginator("list_model_packages").paginate(
-        ModelPackageGroupName=group, ModelPackageType="Versioned"
-    )
-    try:
-        summaries = [s for page in pages for s in page.get("ModelPackageSummaryList", [])]
-    except ClientError as exc:
-        # A group the stateful stack has not created yet holds no package.
-        if exc.response.get("Error", {}).get("Code") in ("ValidationException", "ResourceNotFound"):
-            return None
-        raise
-    for summary in summaries:
-        described = sm.describe_model_package(ModelPackageName=summary["ModelPackageArn"])
-        meta = described.get("CustomerMetadataProperties") or {}
-        if meta.get("version") == version:
-            return Package(
-                described["ModelPackageArn"],
-                described["ModelApprovalStatus"],
-                meta,
-                described.get("ApprovalDescription") or "",
-            )
-    return None
 
 
 def _value(v: object) -> str:

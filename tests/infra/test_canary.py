@@ -4,11 +4,14 @@ stateful whether the canary is added, promoted or removed."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
 from infra.adapters import shard_of
 from ops.replacements import check, render
-from tests.infra.conftest import policy_arns, resolve, resources
+from tests.infra.conftest import policy_arns, resolve, resources, scoped_list_grants
 
 pytestmark = pytest.mark.synth
 
@@ -82,3 +85,131 @@ def test_each_step_of_a_canary_passes_the_replacement_check(
     assert not [r for r in found if r.type == "AWS::SageMaker::InferenceComponent"], render(
         "dev", found, bad
     )
+
+
+def _add_shadow_canary(cat: dict) -> None:
+    cat["adapters"][0]["canary"] = {"version": "1.1.0", "shadow": 0.1, "sha256": SHA}
+
+
+def _statements(template: dict, sid_prefix: str = "") -> dict[str, dict]:
+    return {
+        s["Sid"]: s
+        for p in resources(template, "AWS::IAM::ManagedPolicy").values()
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+        if s.get("Sid", "").startswith(sid_prefix)
+    }
+
+
+def _interface_services(template: dict) -> set[str]:
+    return {
+        resolve(e["Properties"]["ServiceName"])
+        for e in resources(template, "AWS::EC2::VPCEndpoint").values()
+        if e["Properties"].get("VpcEndpointType") == "Interface"
+    }
+
+
+def test_a_shadow_canary_may_record_its_decision_but_never_approve(
+    dev_templates, synth_edited
+) -> None:
+    """The router writes a decision into the canary version's package (lambda_proxy.registry):
+    only in that adapter's group, with the shadow canary's lifecycle stage, never an approval
+    status; and it reaches the SageMaker API through an endpoint made only while a canary is a
+    shadow (an endpoint nobody calls is billed for nothing: deploy review r3, finding 15)."""
+    import yaml
+
+    from config import CATALOG_PATH
+
+    name = yaml.safe_load(CATALOG_PATH.read_text())["adapters"][0]["name"]
+    after = synth_edited(catalog=_add_shadow_canary)
+    router = after["lora-dev-router"]
+    found = _statements(router)
+    group = f"arn:aws:sagemaker:us-east-1:123456789012:model-package/lora-dev-{name}/*"
+    update = found["RecordShadowCanaryDecisions"]
+    assert update["Action"] == "sagemaker:UpdateModelPackage"
+    assert [resolve(r) for r in _list(update["Resource"])] == [group]
+    assert update["Condition"] == {
+        "Null": {
+            "sagemaker:ModelApprovalStatus": "true",
+            "sagemaker:CustomerMetadataPropertiesToRemove": "true",
+        },
+        "StringEquals": {
+            "sagemaker:ModelLifeCycle:Stage": "shadow-canary",
+            "sagemaker:ModelLifeCycle:StageStatus": ["held", "promoted", "rolled-back"],
+        },
+        "StringEqualsIfExists": {"sagemaker:CurrentModelLifeCycleStage": "shadow-canary"},
+    }
+    assert [resolve(r) for r in _list(found["ReadShadowCanaryPackages"]["Resource"])] == [group]
+    listed = found["FindTheCanaryVersionsPackage"]
+    assert listed["Action"] == "sagemaker:ListModelPackages"
+    assert scoped_list_grants(router) == []  # SageMaker's List- calls take no resource
+    # No other statement of the router's names a registry action.
+    registry = {
+        sid
+        for sid, s in _statements(router).items()
+        if any("ModelPackage" in a for a in _list(s["Action"]))
+    }
+    assert registry == {
+        "FindTheCanaryVersionsPackage",
+        "ReadShadowCanaryPackages",
+        "RecordShadowCanaryDecisions",
+    }
+    assert "com.amazonaws.us-east-1.sagemaker.api" in _interface_services(after["lora-dev-network"])
+    # The endpoint admits the router's three calls by this account's principals, nothing else.
+    (api,) = [
+        e["Properties"]
+        for e in resources(after["lora-dev-network"], "AWS::EC2::VPCEndpoint").values()
+        if resolve(e["Properties"]["ServiceName"]).endswith(".sagemaker.api")
+    ]
+    (allowed,) = api["PolicyDocument"]["Statement"]
+    assert sorted(allowed["Action"]) == [
+        "sagemaker:DescribeModelPackage",
+        "sagemaker:ListModelPackages",
+        "sagemaker:UpdateModelPackage",
+    ]
+    assert allowed["Condition"]["StringEquals"] == {
+        "aws:PrincipalAccount": {"Ref": "AWS::AccountId"}
+    }
+    # Without a shadow canary: no registry permission and no control-plane endpoint.
+    assert not any(
+        "ModelPackage" in json.dumps(s)
+        for s in _statements(dev_templates["lora-dev-router"]).values()
+    )
+    assert "com.amazonaws.us-east-1.sagemaker.api" not in _interface_services(
+        dev_templates["lora-dev-network"]
+    )
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def test_a_shadow_canary_passes_the_nag_packs_with_reasons(tmp_path) -> None:
+    """The three packs on an environment with a shadow canary: the registry policy's wildcards
+    are acknowledged with their reasons, and nothing else is new."""
+    from aws_cdk import App
+
+    import infra.nag as nag
+    from config import load_deployment
+    from infra.stacks import build
+    from tests.infra.conftest import CONFIG, edited_config
+
+    catalog, environments = edited_config(tmp_path, catalog=_add_shadow_canary)
+    context = json.loads((CONFIG.parent / "cdk.json").read_text())["context"]
+    nag.ACKNOWLEDGEMENTS.clear()
+    app = App(context=context)
+    dep = load_deployment("dev", catalog, environments)
+    build(app, dep)
+    nag.add_nag_packs(app)
+    app.synth()  # raises on a finding that is not acknowledged
+    registry = {
+        (finding, reason)
+        for path, finding, reason in nag.ACKNOWLEDGEMENTS
+        if path.endswith("/Router/RegistryPolicy")
+    }
+    name = dep.adapters[0].component_name
+    assert {f for f, _ in registry} == {
+        "AwsSolutions-IAM5[Resource::*]",
+        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sagemaker:us-east-1:"
+        f"<AWS::AccountId>:model-package/{name}/*]",
+    }
+    assert all(len(reason) >= 40 for _, reason in registry)

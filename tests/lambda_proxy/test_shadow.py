@@ -354,3 +354,159 @@ def test_a_shadow_canary_needs_no_weight_but_a_plain_one_does(tmp_path) -> None:
         CanaryConfig(version="2.0.0")
     with pytest.raises(ValueError, match="unknown quality signal"):
         CanaryConfig(version="2.0.0", shadow=0.1, margins={"bleu": 0.1})
+
+
+# -- the decision in the Model Registry ------------------------------------------------------
+
+GROUP = "lora-test-medical"
+
+
+class Registry:
+    """SageMaker's control plane as the recorder calls it: botocore's Stubber on the real
+    service model (it refuses a call or a parameter the API does not have), with the group
+    holding the stable and the canary versions' packages as publish registers them."""
+
+    def __init__(self, canary_version: str, fail: str | None = None) -> None:
+        import boto3
+        from botocore.stub import ANY, Stubber
+
+        self.client = boto3.client(
+            "sagemaker",
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        self.stub = Stubber(self.client)
+        self.updates: list[dict[str, Any]] = []
+        self.client.meta.events.register(
+            "provide-client-params.sagemaker.UpdateModelPackage",
+            lambda params, **_: self.updates.append(params),
+        )
+        arns = {
+            v: f"arn:aws:sagemaker:us-east-1:123456789012:model-package/{GROUP}/{i}"
+            for i, v in enumerate(("1.0.0", canary_version), start=1)
+        }
+        self.canary_arn = arns[canary_version]
+        self.stub.add_response(
+            "list_model_packages",
+            {
+                "ModelPackageSummaryList": [
+                    {
+                        "ModelPackageArn": arn,
+                        "ModelPackageGroupName": GROUP,
+                        "CreationTime": "2026-12-01T00:00:00Z",
+                        "ModelPackageStatus": "Completed",
+                    }
+                    for arn in arns.values()
+                ]
+            },
+            {"ModelPackageGroupName": GROUP, "ModelPackageType": "Versioned"},
+        )
+        for v, arn in arns.items():
+            self.stub.add_response(
+                "describe_model_package",
+                {
+                    "ModelPackageName": GROUP,
+                    "ModelPackageArn": arn,
+                    "CreationTime": "2026-12-01T00:00:00Z",
+                    "ModelPackageStatus": "Completed",
+                    "ModelPackageStatusDetails": {"ValidationStatuses": []},
+                    "ModelApprovalStatus": "Approved",
+                    "CustomerMetadataProperties": {"version": v},
+                },
+                {"ModelPackageName": arn},
+            )
+        if fail:
+            self.stub.add_client_error("update_model_package", fail, http_status_code=400)
+        else:
+            self.stub.add_response(
+                "update_model_package",
+                {"ModelPackageArn": self.canary_arn},
+                {
+                    "ModelPackageArn": self.canary_arn,
+                    "ModelLifeCycle": ANY,
+                    "CustomerMetadataProperties": ANY,
+                },
+            )
+        self.stub.activate()
+
+
+def _valid_for_the_api(update: dict[str, Any]) -> None:
+    """The values against the API model's own patterns and lengths (the Stubber checks shapes
+    and types, not patterns)."""
+    import re
+
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+
+    def check(shape: str, value: str) -> None:
+        meta = model.shape_for(shape).metadata
+        assert meta.get("min", 0) <= len(value) <= meta["max"], (shape, value)
+        pattern = meta["pattern"]
+        if "\\p{" in pattern:  # Java's classes: the metadata's characters, any number of them
+            chars = pattern[pattern.index("[") : pattern.index("]*") + 1]
+            pattern = chars.replace("\\p{L}", "a-zA-Z").replace("\\p{Z}", " ")
+            pattern = pattern.replace("\\p{N}", "0-9") + "*"
+        assert re.fullmatch(pattern, value), (shape, value, pattern)
+
+    life = update["ModelLifeCycle"]
+    check("EntityName", life["Stage"])
+    check("EntityName", life["StageStatus"])
+    assert len(life["StageDescription"]) <= 1024
+    props = update["CustomerMetadataProperties"]
+    assert 1 <= len(props) <= model.shape_for("CustomerMetadataMap").metadata["max"]
+    for key, value in props.items():
+        check("CustomerMetadataKey", key)
+        check("CustomerMetadataValue", value)
+
+
+@pytest.mark.parametrize(("kind", "status"), [("promote", "promoted"), ("rollback", "rolled-back")])
+def test_a_decision_is_recorded_in_the_canary_versions_model_package(
+    setup, version, kind, status
+) -> None:
+    from lambda_proxy.registry import Recorder
+
+    same = lambda t: f"Patient note: {t}"  # noqa: E731
+    broken = (lambda t: "Patient seen.") if kind == "rollback" else same
+    canary = _canary(version, promote="split", promote_after=60, registry_group=GROUP)
+    setup(canary, same, broken)
+    reg = Registry(version)
+    service.deps().registry = Recorder("us-east-1", reg.client)
+    for i in range(300):
+        status_code, body = _ask(_note(i))
+        assert status_code == 200, body
+        assert service.deps().mirrors.wait()
+    reg.stub.assert_no_pending_responses()
+    # One record, on the canary version's own package, by the call that decided.
+    assert len(reg.updates) == 1
+    update = reg.updates[0]
+    assert update["ModelPackageArn"] == reg.canary_arn
+    assert update["ModelLifeCycle"]["Stage"] == "shadow-canary"
+    assert update["ModelLifeCycle"]["StageStatus"] == status
+    props = update["CustomerMetadataProperties"]
+    decided = json.loads(_switch(version, "split" if kind == "promote" else "off"))
+    assert props["shadow-decision"] == status and props["shadow-pairs"] == str(decided["n"])
+    facts = decided["signals"]["facts_kept"]
+    assert props["shadow-facts_kept"].startswith(
+        f"stable {facts['stable_mean']:.3f} canary {facts['canary_mean']:.3f}"
+    )
+    assert decided["reason"] in update["ModelLifeCycle"]["StageDescription"]
+    _valid_for_the_api(update)
+
+
+def test_a_registry_that_refuses_leaves_the_rollback_in_force(setup, version, capsys) -> None:
+    from lambda_proxy.registry import Recorder
+
+    canary = _canary(version, registry_group=GROUP)
+    setup(canary, lambda t: f"Patient note: {t}", lambda t: "Patient seen.")
+    reg = Registry(version, fail="AccessDeniedException")
+    service.deps().registry = Recorder("us-east-1", reg.client)
+    for i in range(100):
+        status, body = _ask(_note(i))
+        assert status == 200 and body["version"] == "1.0.0", body
+        assert service.deps().mirrors.wait()
+    assert json.loads(_switch(version, "off"))["action"] == "rollback"
+    out = capsys.readouterr().out
+    assert _emitted(out, "RegistryRecordFailed") == [1.0]
+    assert _emitted(out, "CanaryQualityRollback") == [1.0]

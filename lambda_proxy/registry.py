@@ -1,0 +1,112 @@
+"""A shadow canary's decision, written into its version's Model Registry record.
+
+``training.publish`` registers every version of an adapter as a model package in the adapter's
+group (``contracts.registry``); ``make release`` deploys only approved ones. When the paired
+quality test (``lambda_proxy.shadow``) promotes a canary or rolls it back, the router writes
+the decision and its evidence into that version's package, so the record that approved the
+version also says how it did against stable on live inputs:
+
+- ``ModelLifeCycle``: stage ``shadow-canary``, status ``promoted``, ``held`` or
+  ``rolled-back``, and the decision's reason as the stage's description (up to 1,024
+  characters of any text);
+- customer metadata, one key per figure: ``shadow-decision``, ``shadow-pairs``,
+  ``shadow-look``, ``shadow-alpha``, ``shadow-z``, ``shadow-decided-at`` and, per signal,
+  ``shadow-SIGNAL`` (``stable 0.950 canary 0.900 diff -0.050 lower -0.080 upper -0.020
+  margin 0.05``). A value holds at most 256 characters of letters, digits, spaces and
+  ``_ . : / = + - @`` (botocore's sagemaker model, shapes ``CustomerMetadataKey`` and
+  ``CustomerMetadataValue``), which rules out JSON. AWS's API reference does not say whether
+  ``UpdateModelPackage`` merges ``CustomerMetadataProperties`` into the package's or replaces
+  them, so the update sends the package's own metadata (its compatibility tuple and archive
+  identity, which the release reads back) with these keys: the result is the same either way.
+
+A version with no package (a local platform, a canary published without a registry) is logged
+and skipped: the decision itself was already made and logged, and the Redis switch holds its
+evidence. Written on boto3's SageMaker client, as ``training.registry`` is.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from typing import Any
+
+from contracts.registry import METADATA_MAX, SHADOW_STAGE, SHADOW_STATUS, find
+from lambda_proxy.shadow import Decision
+
+STAGE = SHADOW_STAGE
+STATUS = SHADOW_STATUS
+#: ModelLifeCycle.StageDescription's limit (botocore's sagemaker model).
+DESCRIPTION_MAX = 1024
+#: Characters a metadata value may hold (CustomerMetadataValue's pattern), besides letters,
+#: digits and spaces.
+_UNSAFE = re.compile(r"[^\w\s.:/=+\-@]")
+
+
+def _safe(text: str) -> str:
+    return _UNSAFE.sub(" ", text)[:256].strip() or "-"
+
+
+def metadata(decision: Decision, status: str) -> dict[str, str]:
+    """The decision's figures as customer metadata (see the module's docstring)."""
+    out = {
+        "shadow-decision": status,
+        "shadow-pairs": str(decision.n),
+        "shadow-look": str(decision.look),
+        "shadow-alpha": f"{decision.alpha:.6g}",
+        "shadow-z": f"{decision.z:.4f}",
+        "shadow-decided-at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    for b in decision.bounds:
+        out[f"shadow-{b.signal}"] = _safe(
+            f"stable {b.stable_mean:.3f} canary {b.canary_mean:.3f} diff {b.diff_mean:+.3f} "
+            f"lower {b.lower:+.3f} upper {b.upper:+.3f} margin {b.margin:g}"
+        )
+    return out
+
+
+class Recorder:
+    """Writes decisions into the Model Registry through a SageMaker control-plane client,
+    made on first use (most router processes never decide anything)."""
+
+    def __init__(self, region: str | None, client: Any = None) -> None:
+        self._region = region
+        self._client = client
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                import boto3
+                from botocore.config import Config
+
+                self._client = boto3.client(
+                    "sagemaker",
+                    region_name=self._region,
+                    config=Config(retries={"mode": "standard", "max_attempts": 3}),
+                )
+            return self._client
+
+    def record(self, group: str, version: str, decision: Decision, status: str) -> str | None:
+        """Write the decision into ``version``'s package in ``group``; its ARN, or None when
+        the version has no package. Errors are the caller's (the mirror logs and counts them)."""
+        package = find(self.client, group, version)
+        if package is None:
+            return None
+        properties = {**package.metadata, **metadata(decision, status)}
+        if len(properties) > METADATA_MAX:
+            raise ValueError(
+                f"{package.arn} would hold {len(properties)} metadata entries, over "
+                f"UpdateModelPackage's {METADATA_MAX}"
+            )
+        self.client.update_model_package(
+            ModelPackageArn=package.arn,
+            ModelLifeCycle={
+                "Stage": STAGE,
+                "StageStatus": status,
+                "StageDescription": decision.reason[:DESCRIPTION_MAX],
+            },
+            CustomerMetadataProperties=properties,
+        )
+        return package.arn
