@@ -37,6 +37,7 @@ the router ships runs a sequential paired test, and the signals are the gate's o
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections.abc import Callable, Mapping
@@ -294,3 +295,58 @@ class Mirrors:
         """Until no mirror runs (tests, the benchmark, the local platform's shutdown)."""
         with self._idle:
             return self._idle.wait_for(lambda: self._running == 0, timeout)
+
+
+def state(client: Any, base: str, canary: CanaryRoute) -> dict[str, Any]:
+    """A canary's state as Redis holds it (``base``: ``Canaries.base``), for people: where it
+    is (judging, rolled back, promoted, held, or a plain weighted split), its pairs so far and
+    each signal's means beside stable's, and the last decision's evidence. What the playground
+    shows; read-only."""
+
+    def get(name: str) -> str | None:
+        raw = client.get(f"{base}:{name}")
+        return raw.decode() if isinstance(raw, bytes) else raw
+
+    off, split, held = get("off"), get("split"), get("held")
+    fields = client.hgetall(f"{base}:pairs") or {}
+    tally = Tally.of_hash(
+        {(k.decode() if isinstance(k, bytes) else k): float(v) for k, v in fields.items()}
+    )
+    decided = next((v for v in (off, split, held) if v is not None), None)
+    try:
+        evidence = json.loads(decided) if decided is not None else None
+    except ValueError:  # the 5xx rule's switch holds its reason as text
+        evidence = {"action": "rollback", "reason": decided}
+    if off is not None:
+        where = "rolled back"
+    elif canary.shadow is None:
+        where = "serving its split"
+    elif split is not None:
+        where = "promoted to its split"
+    elif held is not None:
+        where = "promotion held"
+    else:
+        where = "judging"
+    n = tally.n
+    return {
+        "version": canary.version,
+        "mode": "shadow" if canary.shadow is not None else "split",
+        "shadow": canary.shadow,
+        "weight": canary.weight,
+        "state": where,
+        "pairs": n,
+        "min_pairs": canary.min_pairs,
+        "promote_after": canary.promote_after,
+        "next_look": (n // canary.min_pairs + 1) * canary.min_pairs,
+        "signals": [
+            {
+                "signal": s,
+                "better": "higher" if HIGHER_IS_BETTER[s] else "lower",
+                "stable": tally.stable.get(s, 0.0) / n if n else None,
+                "canary": tally.canary.get(s, 0.0) / n if n else None,
+                "margin": canary.margins[s],
+            }
+            for s in sorted(canary.margins)
+        ],
+        "decision": evidence,
+    }

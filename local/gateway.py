@@ -298,6 +298,12 @@ def _catalog_view(gateway: LocalGateway) -> dict[str, Any]:
                 "alpha": profile.alpha,
                 "targets": profile.targets,
                 "dropout": profile.dropout,
+                "canary": None
+                if route.canary is None
+                else {
+                    "version": route.canary.version,
+                    "mode": "shadow" if route.canary.shadow is not None else "split",
+                },
             }
         )
         if route.task not in tasks:
@@ -353,6 +359,28 @@ def _file_samples(source: str, seed: int, task: str, n: int) -> list[str]:
         return [r.raw for r in split_rows(task, rows, seed).test[:n]]
     except (ImportError, DatasetFileError, ValueError):
         return []
+
+
+def canaries(gateway: LocalGateway) -> dict[str, Any]:
+    """Each routed canary's state (``lambda_proxy.shadow.state``), beside its stable version:
+    the playground's canary panel. The state lives in Redis, shared by every execution
+    environment; the in-process cache has none to read."""
+    from lambda_proxy.canary import Canaries
+    from lambda_proxy.shadow import state
+
+    routed = {n: r for n, r in gateway.table.adapters.items() if r.canary is not None}
+    if gateway.redis is None:
+        return {
+            "adapters": {},
+            "note": "canary state is kept in Redis; none answered at start-up",
+        }
+    return {
+        "adapters": {
+            name: {"stable_version": r.version, **state(gateway.redis, Canaries.base(name, c), c)}
+            for name, r in routed.items()
+            if (c := r.canary) is not None
+        }
+    }
 
 
 def availability(gateway: LocalGateway, registered: list[dict[str, Any]]) -> dict[str, Any]:
@@ -447,6 +475,10 @@ def create_app(gateway: LocalGateway) -> ApiGateway:
 
         records = await asyncio.to_thread(read, gateway.state_dir) if gateway.state_dir else []
         return JSONResponse({"rows": [asdict(r) for r in aggregate(records)]})
+
+    @app.get("/local/canaries")
+    async def canary_states() -> Response:
+        return JSONResponse(await asyncio.to_thread(canaries, gateway))
 
     @app.get("/local/status")
     async def status() -> Response:

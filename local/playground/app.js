@@ -2,7 +2,7 @@
 // beside them, and the runtime's live trace. Plain DOM code; the page has no build step.
 "use strict";
 
-const state = { catalog: null, selected: null, since: { runtime: 0, router: 0 }, events: [] };
+const state = { catalog: null, selected: null, since: { runtime: 0, router: 0 }, events: [], canaries: {} };
 const $ = (id) => document.getElementById(id);
 
 function el(tag, attrs = {}, ...children) {
@@ -38,7 +38,8 @@ async function loadCatalog() {
     for (const a of adapters) {
       list.append(el("button", { class: "adapter-card", "data-name": a.name, role: "option", onclick: () => select(a.name) },
         el("div", { class: "name" }, a.name, el("span", { class: "avail", "data-avail": a.name }, "")),
-        el("div", { class: "meta" }, `${lora(a)} · v${a.version}`),
+        el("div", { class: "meta" }, `${lora(a)} · v${a.version}` +
+          (a.canary ? ` · canary v${a.canary.version}${a.canary.mode === "shadow" ? " (shadow)" : ""}` : "")),
         el("div", { class: "desc" }, a.description || "")));
     }
   }
@@ -64,6 +65,45 @@ function select(name) {
     el("button", { class: "sample", title: s, onclick: () => { $("query").value = s; updateButtons(); } }, s)));
   if (!$("query").value && task.samples.length) $("query").value = task.samples[0];
   updateButtons();
+  showCanary();
+}
+
+const fmt = (v) => (v == null ? "–" : v.toFixed(3));
+
+function showCanary() {
+  // The selected adapter's canary: where it is, and each quality signal's mean over the
+  // mirrored pairs, stable's beside the canary's (lambda_proxy/shadow.py state()).
+  const box = $("canary");
+  const c = state.selected && state.canaries[state.selected.name];
+  box.hidden = !c;
+  if (!c) return;
+  const worse = new Set(Object.entries((c.decision && c.decision.signals) || {})
+    .filter(([, b]) => b.upper < -b.margin).map(([s]) => s));
+  const rows = c.signals.map((s) => el("tr", { class: worse.has(s.signal) ? "worse" : "" },
+    el("td", {}, s.signal), el("td", {}, s.better), el("td", {}, fmt(s.stable)),
+    el("td", {}, fmt(s.canary)), el("td", {}, s.margin)));
+  const mode = c.mode === "shadow"
+    ? `shadow: ${Math.round(100 * c.shadow)}% of stable's requests mirrored`
+    : `split: ${c.weight}% of session keys`;
+  const progress = c.mode === "shadow" && c.state === "judging"
+    ? ` · next look at ${c.next_look} pairs, promotion from ${c.promote_after}` : "";
+  box.replaceChildren(
+    el("h2", {}, "Canary"),
+    el("div", { class: "canary-head" },
+      el("span", { class: `canary-state ${c.state.replaceAll(" ", "-")}` }, c.state),
+      el("span", {}, `v${c.version} beside stable v${c.stable_version} · ${mode}`),
+      el("span", { class: "dim" }, `${c.pairs} pairs${progress}`)),
+    el("table", { class: "signals" },
+      el("thead", {}, el("tr", {}, ...["signal", "better", "stable", "canary", "margin"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, ...rows)),
+    c.decision && c.decision.reason ? el("p", { class: "decision" }, c.decision.reason) : "");
+}
+
+async function refreshCanaries() {
+  const { status, body } = await getJSON("/local/canaries");
+  if (status !== 200) return;
+  state.canaries = body.adapters || {};
+  showCanary();
 }
 
 function updateButtons() {
@@ -219,3 +259,5 @@ setInterval(refreshStatus, 3000);
 setInterval(refreshTrace, 1000);
 refreshUsage();
 setInterval(refreshUsage, 5000);
+refreshCanaries();
+setInterval(refreshCanaries, 3000);

@@ -304,3 +304,77 @@ def test_buffered_requests_are_served_at_once_as_lambda_serves_them(tmp_path, mo
     assert results == {"flood": 200, "quiet": 200}
     assert endpoint.calls == 2
     assert web.BUFFERED is web.in_process  # the gateway's close put the handler back
+
+
+def test_the_canary_panel_shows_its_state_and_signals_beside_stables(tmp_path, monkeypatch) -> None:
+    """``/local/canaries`` (the playground's canary panel): a shadow canary's pairs, each
+    signal's means for both versions, and, once the test has rolled it back, the state and the
+    decision's evidence, as the router's shared state in Redis holds them."""
+    from contracts.routing import CanaryRoute
+    from lambda_proxy import service, shadow
+    from lambda_proxy.canary import Canaries
+
+    for name in ("ROUTING_TABLE_FILE", "SAGEMAKER_ENDPOINT_URL", "AWS_REGION"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))  # the gateway sets them
+    version = f"2.0.0-{uuid.uuid4().hex[:8]}"
+    canary = {
+        "component": "local-sales-canary",
+        "version": version,
+        "weight": 10,
+        "max_error_rate": 0.05,
+        "window_s": 300,
+        "min_requests": 20,
+        "shadow": 0.5,
+        "margins": {"json_valid": 0.05, "answered": 0.02},
+        "min_pairs": 20,
+        "promote_after": 40,
+    }
+    route = {"component": "local-sales", "version": "1.0.0", "task": "sales_json"}
+    table = tmp_path / "routing_table.json"
+    table.write_text(
+        json.dumps(
+            {
+                "endpoint": "e",
+                "base_component": "b",
+                "adapters": {"sales-json": {**route, "canary": canary}, "other": route},
+            }
+        )
+    )
+    gw = LocalGateway(
+        routing_table=table,
+        endpoint_url="http://127.0.0.1:9",
+        runtime_url="http://127.0.0.1:9",
+        redis_url="redis://127.0.0.1:6379/0",
+    )
+    c = CanaryRoute.model_validate(canary)
+    base = Canaries.base("sales-json", c)
+    pairs = shadow.Pairs(gw.redis)
+    try:
+        with TestClient(create_app(gw), base_url="http://127.0.0.1:8000") as client:
+            shown = client.get("/local/canaries").json()["adapters"]
+            assert set(shown) == {"sales-json"}  # only routes with a canary
+            assert shown["sales-json"]["state"] == "judging" and shown["sales-json"]["pairs"] == 0
+            # 20 pairs in which the canary's JSON never validates: the first look decides.
+            for _ in range(19):
+                tally = pairs.add(base, {"json_valid": 1.0, "answered": 1.0},
+                                  {"json_valid": 0.0, "answered": 1.0})  # fmt: skip
+            seen = client.get("/local/canaries").json()["adapters"]["sales-json"]
+            assert (seen["state"], seen["pairs"], seen["next_look"]) == ("judging", 19, 20)
+            tally = pairs.add(base, {"json_valid": 1.0, "answered": 1.0},
+                              {"json_valid": 0.0, "answered": 1.0})  # fmt: skip
+            decision = shadow.decide(c, tally)
+            assert decision is not None and decision.action == "rollback"
+            service.settle("sales-json", c, decision)  # the router the gateway configured
+            seen = client.get("/local/canaries").json()["adapters"]["sales-json"]
+            catalog = client.get("/local/catalog").json()["adapters"]
+    finally:
+        gw.redis.delete(f"{base}:pairs", f"{base}:off")
+        service.configure(None)
+        settings.cache_clear()
+    assert seen["state"] == "rolled back" and seen["stable_version"] == "1.0.0"
+    means = {s["signal"]: (s["stable"], s["canary"]) for s in seen["signals"]}
+    assert means == {"json_valid": (1.0, 0.0), "answered": (1.0, 1.0)}
+    assert seen["decision"]["n"] == 20 and "json_valid" in seen["decision"]["reason"]
+    by_name = {a["name"]: a for a in catalog}
+    assert by_name["sales-json"]["canary"] == {"version": version, "mode": "shadow"}
+    assert by_name["other"]["canary"] is None
