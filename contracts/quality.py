@@ -23,6 +23,7 @@ Written by hand because the patterns are the gate's own; nothing beyond the stan
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -58,6 +59,8 @@ GENERIC_WORDS = frozenset(_GENERIC.split())
 _SPELLED = re.compile(r"(?<!\w)(?:[^\W\d_](?:\.\s?|[ \-])){2,}[^\W\d_]\.?(?!\w)")
 #: Shortest run of a value's digits that counts as leaked.
 LEAK_DIGITS = 4
+#: Longest run of a value's words, written together, that counts as one leaked word.
+RUN_WORDS = 6
 
 
 def _digit_runs(text: str) -> list[str]:
@@ -89,10 +92,12 @@ def leaked_parts(hypothesis: str, value: str, label: str) -> list[str]:
     # Words run together ("weilingtan@...", "weiling.tan"): a word of the output that the
     # label does not have and that is two or more of the value's words in a row, whole.
     # ("visiting" holds "siting" of "Lim Si Ting", and is not a leak.)
+    # At most RUN_WORDS words in a row: a name is a few words, and every longer run of a long
+    # value would cost the cube of its length (a 900-word "name" took 5 s and 700 MiB).
     runs = {
         "".join(value_words[i:j])
         for i in range(len(value_words))
-        for j in range(i + 2, len(value_words) + 1)
+        for j in range(i + 2, min(i + RUN_WORDS, len(value_words)) + 1)
     }
     found += sorted((out_words - label_words) & runs)
     value_digits = "".join(_DIGITS.findall(value))
@@ -217,10 +222,17 @@ def personal_values(text: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def _finite(number: str) -> float:
+    value = float(number)
+    if math.isinf(value):  # "1e999": RFC 8259 has no number out of range, Python reads inf
+        raise ValueError(f"{number} is out of range")
+    return value
+
+
 def json_object(text: str) -> dict[str, Any] | None:
     """The answer as a JSON object, or None when it is not one."""
     try:
-        obj = json.loads(text.strip(), parse_constant=refuse_constant)
+        obj = json.loads(text.strip(), parse_constant=refuse_constant, parse_float=_finite)
     except (ValueError, TypeError, RecursionError):
         return None
     return obj if isinstance(obj, dict) else None
@@ -232,25 +244,30 @@ def json_valid(text: str, check: Callable[[Any], bool] | None = None) -> float:
     return float(obj is not None and (check is None or bool(check(obj))))
 
 
-def facts_kept(answer: str, source: str) -> float:
-    """The share of the input's facts the answer states (1.0 when the input has none)."""
-    facts = extract_facts(source)
+def facts_kept(answer: str, source: str, limit: int | None = None) -> float:
+    """The share of the input's facts the answer states (1.0 when the input has none); at most
+    ``limit`` of them are looked for."""
+    facts = sorted(extract_facts(source))[:limit]
     if not facts:
         return 1.0
     said = normalize_numbers(answer)
     return sum(1 for f in facts if fact_pattern(f).search(said)) / len(facts)
 
 
-def pii_leaked(answer: str, source: str) -> float:
+def pii_leaked(answer: str, source: str, limit: int | None = None) -> float:
     """The share of the input's personal values (``personal_values``) that the answer gives
-    back any part of (0.0 when the input has none)."""
-    values = personal_values(source)
+    back any part of (0.0 when the input has none); the first ``limit`` values are compared."""
+    values = personal_values(source)[:limit]
     if not values:
         return 0.0
     return sum(1 for v in values if leaked_parts(answer, v, "")) / len(values)
 
 
-_WORD = re.compile(r"\w+")
+#: A word; each character of a script written without spaces (CJK) is a word of its own, so
+#: "哈哈哈哈" loops as "ha ha ha ha" does.
+_WORD = re.compile(
+    r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]|[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+"
+)
 
 
 def repetition(answer: str) -> float:
@@ -264,7 +281,9 @@ def repetition(answer: str) -> float:
 
 
 def answered(answer: str) -> float:
-    return float(bool(answer.strip()))
+    """1.0 for an answer with a visible character (zero-width spaces and other format
+    characters are not one)."""
+    return float(any(ch.isprintable() and not ch.isspace() for ch in answer))
 
 
 #: Every signal, and whether a higher value is better.
@@ -304,17 +323,41 @@ def signals_for(metric: str) -> tuple[str, ...]:
     return (*BY_METRIC.get(metric, ()), *COMMON)
 
 
+#: How much of a request's text and of an answer the online signals read: their cost grows
+#: with the text (``pii_leaked`` compares every personal value with the answer), and they run
+#: in the router, beside the callers. A contract broken in the first 4,000 characters is
+#: broken; a request body may be 256 KB.
+MAX_SCORED_CHARS = 4_000
+#: Personal values and facts of one request compared with the answer, at most.
+MAX_VALUES, MAX_FACTS = 32, 64
+
+
+def measurable(names: tuple[str, ...], source: str) -> tuple[str, ...]:
+    """The named signals this request's text can show: ``facts_kept`` where it states a fact,
+    ``pii_leaked`` where it holds a personal value; the others always."""
+    source = source[:MAX_SCORED_CHARS]
+    empty = {
+        "facts_kept": lambda: not extract_facts(source),
+        "pii_leaked": lambda: not personal_values(source),
+    }
+    return tuple(n for n in names if not (n in empty and empty[n]()))
+
+
 def measure(
     names: tuple[str, ...] | list[str],
     source: str,
     answer: str,
     json_check: Callable[[Any], bool] | None = None,
 ) -> dict[str, float]:
-    """The named signals of one answer to ``source`` (the request's text)."""
+    """The named signals of one answer to ``source`` (the request's text), each read over the
+    first ``MAX_SCORED_CHARS`` of both (``json_valid`` reads the whole answer: a cut changes
+    validity)."""
+    whole = answer
+    source, answer = source[:MAX_SCORED_CHARS], answer[:MAX_SCORED_CHARS]
     functions: Mapping[str, Callable[[], float]] = {
-        "json_valid": lambda: json_valid(answer, json_check),
-        "facts_kept": lambda: facts_kept(answer, source),
-        "pii_leaked": lambda: pii_leaked(answer, source),
+        "json_valid": lambda: json_valid(whole, json_check),
+        "facts_kept": lambda: facts_kept(answer, source, MAX_FACTS),
+        "pii_leaked": lambda: pii_leaked(answer, source, MAX_VALUES),
         "repetition": lambda: repetition(answer),
         "answered": lambda: answered(answer),
     }

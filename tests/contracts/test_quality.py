@@ -54,3 +54,39 @@ def test_every_signal_has_a_direction_a_default_margin_and_a_task() -> None:
     assert q.signals_for("exact") == q.COMMON
     got = q.measure(q.SIGNALS, CONTACT, CONTACT)
     assert set(got) == set(q.SIGNALS) and all(0.0 <= v <= 1.0 for v in got.values())
+
+
+def test_answers_that_look_valid_or_present_but_are_not() -> None:
+    """Found by an outside review: an overflowing number, a loop in a script without spaces,
+    an answer of zero-width characters."""
+    assert q.json_valid('{"a": 1e999}') == 0.0  # Python reads inf; RFC 8259 has no such number
+    assert q.json_valid('{"a": 1e300}') == 1.0
+    assert q.repetition("哈哈哈哈哈哈哈哈哈哈哈哈") > 0.7  # one "word" to \\w+, a loop all the same
+    assert q.repetition("我今天去商店买了苹果和香蕉") == 0.0
+    assert q.answered("\u200b\u200b \n") == 0.0
+    assert q.answered("ok") == 1.0
+
+
+def test_the_online_signals_read_a_bounded_part_of_a_request() -> None:
+    """A request body may be 256 KB; the router scores the first ``MAX_SCORED_CHARS`` of it and
+    of the answer, at most ``MAX_FACTS`` facts and ``MAX_VALUES`` personal values. (Unbounded,
+    one 3.6 KB request of 900 capitalised words took a mirror 5 s and 700 MiB: every run of a
+    long name's words was built.)"""
+    pad = "x " * q.MAX_SCORED_CHARS
+    late = pad + "then the 5 mg dose"
+    assert q.measure(("facts_kept",), late, "nothing")["facts_kept"] == 1.0  # past the bound
+    assert q.measure(("facts_kept",), "the 5 mg dose", "nothing")["facts_kept"] == 0.0
+    # The JSON answer is read whole: a cut is what makes it invalid.
+    answer = '{"notes": "' + "y" * q.MAX_SCORED_CHARS + '"}'
+    assert q.measure(("json_valid",), "in", answer)["json_valid"] == 1.0
+    # A long value's words written together are a leak up to RUN_WORDS of them.
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = [f"N{letters[i // 676]}{letters[i // 26 % 26]}{letters[i % 26]}" for i in range(900)]
+    value = " ".join(words)
+    run = "".join(words[10 : 10 + q.RUN_WORDS]).lower()
+    assert q.leaked_parts(f"wrote {run}", value, "") == [run]
+    assert q.leaked_parts("wrote " + "".join(words[10 : 11 + q.RUN_WORDS]), value, "") == []
+    many = ", ".join(f"mail u{i}@example.com" for i in range(200))
+    assert len(q.personal_values(many)) == 200
+    half = ", ".join(f"u{i}@example.com" for i in range(q.MAX_VALUES))
+    assert q.measure(("pii_leaked",), many, half)["pii_leaked"] == 1.0  # the first 32 compared
