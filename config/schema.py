@@ -387,7 +387,9 @@ class CanaryConfig(_Published):
         default=2,
         ge=1,
         description="distinct callers whose canary requests failed before the rate can decide "
-        "(a container 500 can be one tenant's input; capped at the callers the entry admits)",
+        "(a container 500 can be one tenant's input; capped at the callers the entry admits); "
+        "in shadow mode also the distinct callers among the mirrored pairs before the quality "
+        "test decides anything",
     )
 
     @field_validator("weight")

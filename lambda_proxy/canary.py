@@ -172,6 +172,10 @@ class LocalCanaries:
         """Redis said the canary is off: so it stays here when Redis goes away."""
         self.settle(base, "off")
 
+    def is_off(self, base: str) -> bool:
+        with self._lock:
+            return base in self._off
+
     def settle(self, base: str, switch: Switch) -> bool:
         """Set a switch here (see ``Canaries.settle``); True when it was not set before."""
         held = {"off": self._off, "split": self._split, "held": self._held}[switch]
@@ -221,15 +225,21 @@ class Canaries:
     def base(adapter: str, canary: CanaryRoute) -> str:
         return f"lora:canary:v1:{adapter}:{canary.version}"
 
-    def settle(self, adapter: str, canary: CanaryRoute, switch: Switch, evidence: str) -> bool:
+    def settle(
+        self, adapter: str, canary: CanaryRoute, switch: Switch, evidence: str
+    ) -> bool | None:
         """Record a quality decision (``lambda_proxy.shadow``) in the canary's switch of that
         name, holding its evidence: ``off`` rolls it back, ``split`` promotes a shadow canary
         to its weighted split, ``held`` records a promotion the catalog holds. True for the
         call that set it, so a decision is counted and logged once; like the 5xx switch it has
-        no TTL."""
+        no TTL. None when Redis is configured but did not take it: a rollback still holds in
+        this process (``route`` honours it), and the decision is made again, and counted, at a
+        later look with Redis (counting it here too counted it twice)."""
         base = self.base(adapter, canary)
         # A registered script means a Redis client (an in-process cache has none).
-        if self._choose is not None and time.monotonic() >= self._skip_until:
+        if self._choose is None:
+            return self.fallback.settle(base, switch)
+        if time.monotonic() >= self._skip_until:
             try:
                 done = bool(self._client.set(f"{base}:{switch}", evidence, nx=True))
             except redis.RedisError:
@@ -237,7 +247,9 @@ class Canaries:
             else:
                 self.fallback.settle(base, switch)
                 return done
-        return self.fallback.settle(base, switch)
+        if switch == "off":
+            self.fallback.settle(base, switch)
+        return None
 
     def _redis(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         """The script's answer, or None when Redis could not be asked (the breaker opens)."""
@@ -268,6 +280,9 @@ class Canaries:
         if got is None:
             return self.fallback.choose(base, canary, key)
         choice = Choice(int(got))
+        if choice is not Choice.OFF and self.fallback.is_off(base):
+            # This process rolled it back while Redis was away: it stays off here.
+            return Choice.OFF
         if choice is Choice.OFF:
             self.fallback.switch_off(base)
         elif split and choice is not Choice.SHADOW:

@@ -81,10 +81,15 @@ class Recorder:
                 import boto3
                 from botocore.config import Config
 
+                # Short: a record runs on one of the process's two mirror threads.
                 self._client = boto3.client(
                     "sagemaker",
                     region_name=self._region,
-                    config=Config(retries={"mode": "standard", "max_attempts": 3}),
+                    config=Config(
+                        connect_timeout=2,
+                        read_timeout=10,
+                        retries={"mode": "standard", "total_max_attempts": 3},
+                    ),
                 )
             return self._client
 

@@ -29,7 +29,7 @@ from lambda_proxy.auth import Caller, allowed, caller_from_event, listed
 from lambda_proxy.cache import CacheUnavailableError, ResponseCache, cache_key
 from lambda_proxy.canary import Canaries, Choice
 from lambda_proxy.quota import Limits, Quotas, prompt_tokens_estimate
-from lambda_proxy.sagemaker import InvokeError, container_error, invoke, make_client
+from lambda_proxy.sagemaker import NOT_STARTED, InvokeError, container_error, invoke, make_client
 from lambda_proxy.schema import GenerateRequest
 from lambda_proxy.settings import settings
 from lambda_proxy.telemetry import count_now, logger, metrics, tracer
@@ -359,6 +359,8 @@ class Prepared:
     who: str = ""
     #: A shadow canary's copy of this request, mirrored to it after stable answers (``mirror``).
     mirror: Prepared | None = None
+    #: This is such a copy: the engine queues it as a sender of its own (``SHADOW_SENDER``).
+    shadow: bool = False
 
 
 def charge(
@@ -468,6 +470,7 @@ def prepare(
             adapter, who, canary_route(route, shadowed), req, revision, shadowed
         )
         prep.mirror.who = who
+        prep.mirror.shadow = True
     return prep
 
 
@@ -588,7 +591,7 @@ def _mirrored(prep: Prepared, stable_answer: str) -> None:
     assert canary is not None
     try:
         try:
-            result = _invoke(prep)
+            answered = _invoke(prep)["generated_text"]
         except InvokeError as exc:
             count_now("ShadowFailed")
             if exc.code not in CANARY_ABSENT:
@@ -597,19 +600,32 @@ def _mirrored(prep: Prepared, stable_answer: str) -> None:
                 "shadow mirror failed",
                 extra={"adapter": prep.adapter, "canary_version": prep.version, "code": exc.code},
             )
-            return
-        count_canary(prep, None, count_now)
+            if not unanswered(exc):
+                return
+            # The canary did not answer what stable answered: a pair in which it said nothing,
+            # or a canary failing 40% of inputs with a 4xx would be judged on the rest only.
+            answered = ""
+        else:
+            count_canary(prep, None, count_now)
         schema = prep.payload["parameters"].get("json_schema")
-        stable = shadow.signals(canary, prep.payload, stable_answer, schema)
-        mirrored = shadow.signals(canary, prep.payload, result["generated_text"], schema)
+        stable, mirrored = shadow.pair(canary, prep.payload, stable_answer, answered, schema)
         base = deps().canaries.base(prep.adapter, canary)  # type: ignore[union-attr]
-        tally = deps().pairs.add(base, stable, mirrored)  # type: ignore[union-attr]
+        tally = deps().pairs.add(base, stable, mirrored, prep.who)  # type: ignore[union-attr]
+        if tally is None:
+            count_now("ShadowUnpaired")
         decision = shadow.decide(canary, tally) if tally is not None else None
         if decision is not None:
             settle(prep.adapter, canary, decision)
     except Exception:  # a mirror's failure must never reach the router's thread pool
         count_now("ShadowFailed")
         logger.exception("shadow mirror failed", extra={"adapter": prep.adapter})
+
+
+def unanswered(exc: InvokeError) -> bool:
+    """Whether a mirror's failure is the canary not answering a request stable answered (its
+    container's error, a 4xx it gave, a deadline it missed), rather than the component being
+    gone, a request never started, throttling, or capacity both versions share (503)."""
+    return not (exc.code in CANARY_ABSENT or exc.code in NOT_STARTED or exc.status in (429, 503))
 
 
 def settle(adapter: str, canary: CanaryRoute, decision: shadow.Decision) -> None:
@@ -623,7 +639,10 @@ def settle(adapter: str, canary: CanaryRoute, decision: shadow.Decision) -> None
         return
     if decision.action == "rollback":
         text = json.dumps(evidence)
-        if deps().canaries.settle(adapter, canary, "off", text):  # type: ignore[union-attr]
+        stored = deps().canaries.settle(adapter, canary, "off", text)  # type: ignore[union-attr]
+        if stored is None:
+            unstored(extra)
+        if stored:
             count_now("CanaryRollback")
             count_now("CanaryQualityRollback")
             logger.error(
@@ -633,7 +652,10 @@ def settle(adapter: str, canary: CanaryRoute, decision: shadow.Decision) -> None
             record(adapter, canary, decision, "rollback")
         return
     switch = "split" if canary.promote == "split" else "held"
-    if deps().canaries.settle(adapter, canary, switch, json.dumps(evidence)):  # type: ignore[union-attr]
+    stored = deps().canaries.settle(adapter, canary, switch, json.dumps(evidence))  # type: ignore[union-attr]
+    if stored is None:
+        unstored(extra)
+    if stored:
         count_now("CanaryPromoted")
         logger.warning(
             f"shadow canary promoted ({canary.promote}): "
@@ -645,6 +667,14 @@ def settle(adapter: str, canary: CanaryRoute, decision: shadow.Decision) -> None
             extra={**extra, "reason": decision.reason},
         )
         record(adapter, canary, decision, "promote" if switch == "split" else "held")
+
+
+def unstored(extra: dict[str, Any]) -> None:
+    """A decision Redis did not take: not counted, logged or recorded now. This process acts on
+    a rollback at once (its own switch); the next look with Redis, here or in another execution
+    environment, decides again on the same pairs and is the one counted."""
+    count_now("CanaryDecisionUnstored")
+    logger.warning("shadow canary decision not stored: Redis did not answer", extra=extra)
 
 
 def record(adapter: str, canary: CanaryRoute, decision: shadow.Decision, kind: str) -> None:
@@ -666,6 +696,7 @@ def record(adapter: str, canary: CanaryRoute, decision: shadow.Decision, kind: s
         )
         return
     if arn is None:
+        count_now("RegistryRecordSkipped")
         logger.warning("shadow canary decision: the version has no model package", extra=extra)
     else:
         logger.info(
@@ -707,6 +738,10 @@ def _answer(call: Call, prep: Prepared, t0: float) -> dict[str, Any]:
 #: that adds or removes a canary deploys its component and the router's table apart, so for a
 #: moment the router may name a canary component that is not (or no longer) there.
 CANARY_ABSENT = frozenset({"ValidationError"})
+#: Who a mirror is, to the engine's fair queue (``contracts.fairness``): one sender for every
+#: mirror, so a mirror never lowers its caller's own next request's priority, and mirrors
+#: together are held to one sender's share of the batch while callers wait.
+SHADOW_SENDER = "shadow-mirror"
 
 
 def _invoke(prep: Prepared) -> dict[str, Any]:
@@ -720,7 +755,9 @@ def _invoke(prep: Prepared) -> dict[str, Any]:
                 prep.component,
                 prep.payload,
                 deadline_s=s.invoke_deadline_s,
-                attributes=custom_attributes(prep.who) if prep.who else None,
+                attributes=custom_attributes(SHADOW_SENDER if prep.shadow else prep.who)
+                if prep.who
+                else None,
             )
         )
 

@@ -37,6 +37,7 @@ the router ships runs a sequential paired test, and the signals are the gate's o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import threading
@@ -48,24 +49,33 @@ from typing import Any, Literal
 
 import redis
 
-from contracts.quality import HIGHER_IS_BETTER, measure
+from contracts.quality import HIGHER_IS_BETTER, measurable, measure
 from contracts.routing import CanaryRoute
 
 #: Mirrors running at once in one process; one more is dropped rather than queued.
 MAX_IN_FLIGHT = 2
 
-#: KEYS: the pairs' sums (a hash), the canary's off switch. ARGV: for each signal its name,
-#: stable's value, the canary's, the oriented difference and its square. Returns the hash after
-#: adding the pair (empty when the canary is off: a pair landing after a rollback counts for
-#: nothing). No TTL, as for the switch (``lambda_proxy.canary``): ``volatile-lru`` must not
-#: evict a running test.
+#: Pairs a signal needs before its bound may decide anything (a rollback on it, or a
+#: promotion, which needs every signal's).
+MIN_SIGNAL_PAIRS = 20
+
+#: KEYS: the pairs' sums (a hash), the canary's off switch, its callers (a hash of digests).
+#: ARGV: the caller's digest, then for each signal measured on this pair its name, stable's
+#: value, the canary's, the oriented difference and its square. Returns the hash after adding
+#: the pair (empty when the canary is off: a pair landing after a rollback counts for nothing).
+#: No TTL, as for the switch (``lambda_proxy.canary``): ``volatile-lru`` must not evict a
+#: running test.
 _PAIR_SCRIPT = """
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return {}
 end
 redis.call('HINCRBY', KEYS[1], 'n', 1)
-for i = 1, #ARGV, 5 do
+if redis.call('HINCRBY', KEYS[3], ARGV[1], 1) == 1 then
+  redis.call('HINCRBY', KEYS[1], 'callers', 1)
+end
+for i = 2, #ARGV, 5 do
   local name = ARGV[i]
+  redis.call('HINCRBY', KEYS[1], 'n:' .. name, 1)
   redis.call('HINCRBYFLOAT', KEYS[1], 's:' .. name, ARGV[i + 1])
   redis.call('HINCRBYFLOAT', KEYS[1], 'c:' .. name, ARGV[i + 2])
   redis.call('HINCRBYFLOAT', KEYS[1], 'd:' .. name, ARGV[i + 3])
@@ -82,23 +92,34 @@ def oriented(signal: str, stable: float, canary: float) -> float:
 
 @dataclass(frozen=True)
 class Tally:
-    """The sums after a pair: ``n``, and per signal stable's and the canary's sums and the
-    oriented differences' sum and sum of squares."""
+    """The sums after a pair: ``n`` pairs from ``callers`` distinct callers, and per signal the
+    pairs it was measured on (``counts``), stable's and the canary's sums and the oriented
+    differences' sum and sum of squares."""
 
     n: int
     stable: Mapping[str, float]
     canary: Mapping[str, float]
     diff: Mapping[str, float]
     diff_sq: Mapping[str, float]
+    counts: Mapping[str, int]
+    callers: int = 1
 
     @classmethod
     def of_hash(cls, fields: Mapping[str, float]) -> Tally:
-        parts: dict[str, dict[str, float]] = {"s": {}, "c": {}, "d": {}, "q": {}}
+        parts: dict[str, dict[str, float]] = {"s": {}, "c": {}, "d": {}, "q": {}, "n": {}}
         for key, value in fields.items():
             kind, _, name = key.partition(":")
             if kind in parts and name:
                 parts[kind][name] = float(value)
-        return cls(int(fields.get("n", 0)), parts["s"], parts["c"], parts["d"], parts["q"])
+        return cls(
+            int(fields.get("n", 0)),
+            parts["s"],
+            parts["c"],
+            parts["d"],
+            parts["q"],
+            {k: int(v) for k, v in parts["n"].items()},
+            int(fields.get("callers", 0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -113,6 +134,12 @@ class Bound:
     lower: float
     upper: float
     margin: float
+    #: The pairs it was measured on (an input with no fact says nothing of ``facts_kept``).
+    n: int = 0
+
+    @property
+    def measured(self) -> bool:
+        return self.n >= MIN_SIGNAL_PAIRS
 
 
 @dataclass(frozen=True)
@@ -126,21 +153,32 @@ class Decision:
     alpha: float
     z: float
     bounds: tuple[Bound, ...]
+    #: Distinct callers among the pairs, and how many a decision needs.
+    callers: int = 1
+    min_callers: int = 1
 
     @property
     def reason(self) -> str:
         if self.action == "rollback":
-            worse = [b for b in self.bounds if b.upper < -b.margin]
+            worse = [b for b in self.bounds if b.measured and b.upper < -b.margin]
             return (
                 "; ".join(
                     f"{b.signal}: canary {b.canary_mean:.3f} vs stable {b.stable_mean:.3f}, "
                     f"worse by at least {-b.upper:.3f} (margin {b.margin:g})"
                     for b in worse
                 )
-                + f" over {self.n} mirrored requests"
+                + f" over {self.n} mirrored requests from {self.callers} callers"
             )
         if self.action == "promote":
-            return f"not worse than stable on {len(self.bounds)} signals over {self.n} pairs"
+            return (
+                f"not worse than stable on {len(self.bounds)} signals over {self.n} pairs "
+                f"from {self.callers} callers"
+            )
+        if self.callers < self.min_callers:
+            return (
+                f"undecided after {self.n} pairs: from {self.callers} callers, a decision "
+                f"needs {self.min_callers}"
+            )
         return f"undecided after {self.n} pairs"
 
     def evidence(self) -> dict[str, Any]:
@@ -150,6 +188,7 @@ class Decision:
             "reason": self.reason,
             "n": self.n,
             "look": self.look,
+            "callers": self.callers,
             "alpha": self.alpha,
             "z": round(self.z, 4),
             "signals": {
@@ -159,9 +198,35 @@ class Decision:
         }
 
 
+def bound(canary: CanaryRoute, tally: Tally, signal: str, z: float) -> Bound:
+    """One signal's one-sided bounds at this look, over the pairs it was measured on.
+
+    The variance is the paired differences' sample variance, but never below p(1 - p) with
+    p = (sum of squared differences + 1) / (n + 2): every difference lies in [-1, 1], so that
+    is the variance of a share of disagreeing pairs estimated with one disagreement and one
+    agreement added. Without it, a sample in which no pair happened to differ has no spread,
+    its bounds close on zero, and a canary that fails one answer in ten is promoted one time in
+    eight (an outside review measured it)."""
+    m = tally.counts.get(signal, 0)
+    stable = tally.stable.get(signal, 0.0) / m if m else 0.0
+    mirrored = tally.canary.get(signal, 0.0) / m if m else 0.0
+    if m < 2:
+        return Bound(signal, stable, mirrored, 0.0, -1.0, 1.0, canary.margins[signal], m)
+    mean = tally.diff.get(signal, 0.0) / m
+    squares = tally.diff_sq.get(signal, 0.0)
+    sample = max(0.0, (squares - m * mean * mean) / (m - 1))
+    p = min(1.0, (squares + 1.0) / (m + 2.0))
+    half = z * math.sqrt(max(sample, p * (1.0 - p)) / m)
+    return Bound(
+        signal, stable, mirrored, mean, mean - half, mean + half, canary.margins[signal], m
+    )
+
+
 def decide(canary: CanaryRoute, tally: Tally) -> Decision | None:
     """The test at this pair count: None between looks, else a decision (``continue`` when a
-    look decides nothing)."""
+    look decides nothing). A decision needs pairs from ``min_callers`` distinct callers (the
+    5xx rule's setting: one tenant's inputs must not decide for everyone); a signal counts
+    once it was measured on ``MIN_SIGNAL_PAIRS`` pairs, and a promotion needs every signal's."""
     n = tally.n
     if n < canary.min_pairs or n % canary.min_pairs:
         return None
@@ -169,63 +234,65 @@ def decide(canary: CanaryRoute, tally: Tally) -> Decision | None:
     signals = sorted(canary.margins)
     alpha = (1.0 - canary.confidence) / (look * (look + 1)) / max(1, len(signals))
     z = NormalDist().inv_cdf(1.0 - alpha)
-    bounds = []
-    for s in signals:
-        mean = tally.diff.get(s, 0.0) / n
-        var = max(0.0, (tally.diff_sq.get(s, 0.0) - n * mean * mean) / (n - 1))
-        half = z * math.sqrt(var / n)
-        bounds.append(
-            Bound(
-                s,
-                tally.stable.get(s, 0.0) / n,
-                tally.canary.get(s, 0.0) / n,
-                mean,
-                mean - half,
-                mean + half,
-                canary.margins[s],
-            )
-        )
-    if any(b.upper < -b.margin for b in bounds):
-        action: Literal["continue", "rollback", "promote"] = "rollback"
-    elif n >= canary.promote_after and all(b.lower > -b.margin for b in bounds):
-        action = "promote"
-    else:
-        action = "continue"
-    return Decision(action, n, look, alpha, z, tuple(bounds))
+    bounds = tuple(bound(canary, tally, s, z) for s in signals)
+    callers = tally.callers
+    action: Literal["continue", "rollback", "promote"] = "continue"
+    if callers >= canary.min_callers:
+        if any(b.measured and b.upper < -b.margin for b in bounds):
+            action = "rollback"
+        elif n >= canary.promote_after and all(b.measured and b.lower > -b.margin for b in bounds):
+            action = "promote"
+    return Decision(action, n, look, alpha, z, bounds, callers, canary.min_callers)
 
 
 class Pairs:
-    """The running sums of every shadow canary, in Redis (or this process while it is away)."""
+    """The running sums of every shadow canary: in Redis, which every execution environment
+    shares; in this process only where the router has no Redis at all (one process, as the
+    local platform without Redis). Where Redis is configured but does not answer, a pair is
+    dropped rather than summed here: per-process sums would each run the test at its full error
+    rate, and a decision made on them would stay in that process."""
 
     def __init__(self, client: redis.Redis | None) -> None:
         register = getattr(client, "register_script", None)
         self._pair = register(_PAIR_SCRIPT) if register is not None else None
         self._lock = threading.Lock()
         self._local: dict[str, dict[str, float]] = {}
+        self._callers: dict[str, set[str]] = {}
 
     def add(
-        self, base: str, stable: Mapping[str, float], canary: Mapping[str, float]
+        self,
+        base: str,
+        stable: Mapping[str, float],
+        canary: Mapping[str, float],
+        caller: str = "",
     ) -> Tally | None:
-        """Add one pair; the sums after it, or None when the canary is off."""
-        args: list[Any] = []
+        """Add one pair from ``caller`` (the signals measured on it); the sums after it, or None
+        when it did not count (the canary is off, or Redis did not answer)."""
+        who = hashlib.sha256(f"{base}|{caller}".encode()).hexdigest()[:16]
+        args: list[Any] = [who]
         for s in sorted(stable):
             d = oriented(s, stable[s], canary[s])
             args += [s, repr(stable[s]), repr(canary[s]), repr(d), repr(d * d)]
         if self._pair is not None:
             try:
-                got = self._pair(keys=[f"{base}:pairs", f"{base}:off"], args=args)
+                got = self._pair(
+                    keys=[f"{base}:pairs", f"{base}:off", f"{base}:callers"], args=args
+                )
             except redis.RedisError:
-                got = None
-            if got is not None:
-                if not got:
-                    return None
-                it = iter(got)
-                return Tally.of_hash({k.decode(): float(v) for k, v in zip(it, it, strict=True)})
+                return None
+            if not got:
+                return None
+            it = iter(got)
+            return Tally.of_hash({k.decode(): float(v) for k, v in zip(it, it, strict=True)})
         with self._lock:
             sums = self._local.setdefault(base, {"n": 0.0})
             sums["n"] += 1
+            seen = self._callers.setdefault(base, set())
+            seen.add(who)
+            sums["callers"] = float(len(seen))
             for s in stable:
                 d = oriented(s, stable[s], canary[s])
+                sums[f"n:{s}"] = sums.get(f"n:{s}", 0.0) + 1
                 for kind, value in (("s", stable[s]), ("c", canary[s]), ("d", d), ("q", d * d)):
                     sums[f"{kind}:{s}"] = sums.get(f"{kind}:{s}", 0.0) + value
             return Tally.of_hash(sums)
@@ -260,6 +327,22 @@ def signals(
     return measure(
         tuple(sorted(canary.margins)), source_text(payload), answer, required_keys(schema)
     )
+
+
+def pair(
+    canary: CanaryRoute,
+    payload: Mapping[str, Any],
+    stable_answer: str,
+    canary_answer: str,
+    schema: Any = None,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Both versions' signals of their answers to one payload, on the signals its input can
+    show (``contracts.quality.measurable``: an input with no fact says nothing of whether a
+    version keeps facts, and must not count as a pair in which both did)."""
+    text = source_text(payload)
+    names = measurable(tuple(sorted(canary.margins)), text)
+    check = required_keys(schema)
+    return measure(names, text, stable_answer, check), measure(names, text, canary_answer, check)
 
 
 class Mirrors:
@@ -338,12 +421,15 @@ def state(client: Any, base: str, canary: CanaryRoute) -> dict[str, Any]:
         "min_pairs": canary.min_pairs,
         "promote_after": canary.promote_after,
         "next_look": (n // canary.min_pairs + 1) * canary.min_pairs,
+        "callers": tally.callers,
+        "min_callers": canary.min_callers,
         "signals": [
             {
                 "signal": s,
                 "better": "higher" if HIGHER_IS_BETTER[s] else "lower",
-                "stable": tally.stable.get(s, 0.0) / n if n else None,
-                "canary": tally.canary.get(s, 0.0) / n if n else None,
+                "pairs": (m := tally.counts.get(s, 0)),
+                "stable": tally.stable.get(s, 0.0) / m if m else None,
+                "canary": tally.canary.get(s, 0.0) / m if m else None,
                 "margin": canary.margins[s],
             }
             for s in sorted(canary.margins)

@@ -80,7 +80,7 @@ function showCanary() {
   const worse = new Set(Object.entries((c.decision && c.decision.signals) || {})
     .filter(([, b]) => b.upper < -b.margin).map(([s]) => s));
   const rows = c.signals.map((s) => el("tr", { class: worse.has(s.signal) ? "worse" : "" },
-    el("td", {}, s.signal), el("td", {}, s.better), el("td", {}, fmt(s.stable)),
+    el("td", {}, s.signal), el("td", {}, s.better), el("td", {}, s.pairs), el("td", {}, fmt(s.stable)),
     el("td", {}, fmt(s.canary)), el("td", {}, s.margin)));
   const mode = c.mode === "shadow"
     ? `shadow: ${Math.round(100 * c.shadow)}% of stable's requests mirrored`
@@ -92,9 +92,9 @@ function showCanary() {
     el("div", { class: "canary-head" },
       el("span", { class: `canary-state ${c.state.replaceAll(" ", "-")}` }, c.state),
       el("span", {}, `v${c.version} beside stable v${c.stable_version} · ${mode}`),
-      el("span", { class: "dim" }, `${c.pairs} pairs${progress}`)),
+      el("span", { class: "dim" }, `${c.pairs} pairs from ${c.callers} callers${progress}`)),
     el("table", { class: "signals" },
-      el("thead", {}, el("tr", {}, ...["signal", "better", "stable", "canary", "margin"].map((h) => el("th", {}, h)))),
+      el("thead", {}, el("tr", {}, ...["signal", "better", "pairs", "stable", "canary", "margin"].map((h) => el("th", {}, h)))),
       el("tbody", {}, ...rows)),
     c.decision && c.decision.reason ? el("p", { class: "decision" }, c.decision.reason) : "");
 }

@@ -372,8 +372,9 @@ def test_the_canary_panel_shows_its_state_and_signals_beside_stables(tmp_path, m
         service.configure(None)
         settings.cache_clear()
     assert seen["state"] == "rolled back" and seen["stable_version"] == "1.0.0"
-    means = {s["signal"]: (s["stable"], s["canary"]) for s in seen["signals"]}
-    assert means == {"json_valid": (1.0, 0.0), "answered": (1.0, 1.0)}
+    means = {s["signal"]: (s["pairs"], s["stable"], s["canary"]) for s in seen["signals"]}
+    assert means == {"json_valid": (20, 1.0, 0.0), "answered": (20, 1.0, 1.0)}
+    assert seen["callers"] == 1
     assert seen["decision"]["n"] == 20 and "json_valid" in seen["decision"]["reason"]
     by_name = {a["name"]: a for a in catalog}
     assert by_name["sales-json"]["canary"] == {"version": version, "mode": "shadow"}
