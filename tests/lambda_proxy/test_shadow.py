@@ -662,3 +662,23 @@ def test_a_mirror_queues_as_a_sender_of_its_own(setup, version, monkeypatch) -> 
     keys = dict(seen)
     assert keys[CANARY] == custom_attributes(service.SHADOW_SENDER)
     assert keys[STABLE] != keys[CANARY]
+
+
+def test_an_openai_client_sending_only_a_user_turn_is_mirrored_and_judged(setup, version) -> None:
+    """What an ``openai`` client sends: a chat completion with one user turn. The pair is
+    scored on that turn's text, and the leaking canary is rolled back while every caller gets
+    stable's redaction."""
+    request, stable, broken, signal = DEGRADED["leak"]
+    setup(_canary(version), stable, broken)
+    answers = []
+    for i in range(120):
+        body = {"model": "medical", "messages": [{"role": "user", "content": request(i)}]}
+        status, out = call(event(path="/v1/chat/completions", body=body))
+        assert status == 200, out
+        answers.append(out["choices"][0]["message"]["content"])
+        assert service.deps().mirrors.wait()
+        if _switch(version, "off"):
+            break
+    assert set(answers) == {stable("")}
+    evidence = json.loads(_switch(version, "off"))
+    assert signal in evidence["reason"] and evidence["signals"][signal]["canary_mean"] == 1.0
