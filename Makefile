@@ -98,6 +98,7 @@ bench: setup  ## benchmarks (each prints a table and writes benchmarks/RESULTS.m
 	$(PY) benchmarks/rare_adapters.py
 	$(PY) benchmarks/tenants.py
 	$(PY) benchmarks/quality_canary.py
+	$(PY) benchmarks/degraded_canaries.py
 	$(PY) benchmarks/structured.py
 	$(PY) benchmarks/merged.py
 	$(PY) benchmarks/router.py

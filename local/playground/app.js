@@ -92,7 +92,7 @@ function showCanary() {
     el("div", { class: "canary-head" },
       el("span", { class: `canary-state ${c.state.replaceAll(" ", "-")}` }, c.state),
       el("span", {}, `v${c.version} beside stable v${c.stable_version} · ${mode}`),
-      el("span", { class: "dim" }, `${c.pairs} pairs from ${c.callers} callers${progress}`)),
+      el("span", { class: "dim" }, `${c.pairs} pairs from ${c.callers} caller${c.callers === 1 ? "" : "s"}${progress}`)),
     el("table", { class: "signals" },
       el("thead", {}, el("tr", {}, ...["signal", "better", "pairs", "stable", "canary", "margin"].map((h) => el("th", {}, h)))),
       el("tbody", {}, ...rows)),
