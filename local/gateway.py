@@ -402,6 +402,15 @@ def availability(gateway: LocalGateway, registered: list[dict[str, Any]]) -> dic
     return out
 
 
+def _json_view(app: FastAPI, path: str, view: Any, gateway: LocalGateway) -> None:
+    """``GET path``: what ``view(gateway)`` returns, computed off the event loop."""
+
+    async def route() -> Response:
+        return JSONResponse(await asyncio.to_thread(view, gateway))
+
+    app.add_api_route(path, route, methods=["GET"], name=path)
+
+
 def create_app(gateway: LocalGateway) -> ApiGateway:
     app = FastAPI(title="local API gateway", docs_url=None, redoc_url=None)
     runtime = httpx.AsyncClient(base_url=gateway.runtime_url, timeout=10.0)
@@ -437,9 +446,8 @@ def create_app(gateway: LocalGateway) -> ApiGateway:
             )
         return FileResponse(target)
 
-    @app.get("/local/catalog")
-    async def catalog() -> Response:
-        return JSONResponse(await asyncio.to_thread(_catalog_view, gateway))
+    for path, view in (("/local/catalog", _catalog_view), ("/local/canaries", canaries)):
+        _json_view(app, path, view, gateway)
 
     @app.post("/local/base/generate")
     async def base_generate(request: Request) -> Response:
@@ -475,10 +483,6 @@ def create_app(gateway: LocalGateway) -> ApiGateway:
 
         records = await asyncio.to_thread(read, gateway.state_dir) if gateway.state_dir else []
         return JSONResponse({"rows": [asdict(r) for r in aggregate(records)]})
-
-    @app.get("/local/canaries")
-    async def canary_states() -> Response:
-        return JSONResponse(await asyncio.to_thread(canaries, gateway))
 
     @app.get("/local/status")
     async def status() -> Response:
