@@ -52,6 +52,11 @@ EXCUSED = {
     ".venv/bin/python -m training.base --model-id": "converts the local base; make up does it",
     "OPTION_MAX_LORAS=4 .venv/bin/python -m runtime serve": "tests/runtime start the server",
     "curl ": "asks the server above; tests/runtime send the same requests",
+    ".venv/bin/python benchmarks/degraded_canaries.py": "trains six adapters and serves them "
+    "(half an hour); its run is in benchmarks/RESULTS.md, and tests/lambda_proxy/test_shadow.py "
+    "makes the same decisions on stand-in components",
+    "aws sagemaker describe-model-package": "reads a deployed account's Model Registry; "
+    "tests/lambda_proxy/test_shadow.py checks what the router writes there against the API model",
 }
 
 
