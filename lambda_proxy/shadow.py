@@ -158,6 +158,10 @@ class Decision:
     min_callers: int = 1
 
     @property
+    def _callers(self) -> str:
+        return f"{self.callers} caller" + ("" if self.callers == 1 else "s")
+
+    @property
     def reason(self) -> str:
         if self.action == "rollback":
             worse = [b for b in self.bounds if b.measured and b.upper < -b.margin]
@@ -167,16 +171,16 @@ class Decision:
                     f"worse by at least {-b.upper:.3f} (margin {b.margin:g})"
                     for b in worse
                 )
-                + f" over {self.n} mirrored requests from {self.callers} callers"
+                + f" over {self.n} mirrored requests from {self._callers}"
             )
         if self.action == "promote":
             return (
                 f"not worse than stable on {len(self.bounds)} signals over {self.n} pairs "
-                f"from {self.callers} callers"
+                f"from {self._callers}"
             )
         if self.callers < self.min_callers:
             return (
-                f"undecided after {self.n} pairs: from {self.callers} callers, a decision "
+                f"undecided after {self.n} pairs: from {self._callers}, a decision "
                 f"needs {self.min_callers}"
             )
         return f"undecided after {self.n} pairs"
