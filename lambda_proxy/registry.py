@@ -31,11 +31,9 @@ import threading
 import time
 from typing import Any
 
-from contracts.registry import METADATA_MAX, SHADOW_STAGE, SHADOW_STATUS, find
+from contracts.registry import METADATA_MAX, SHADOW_STAGE, find
 from lambda_proxy.shadow import Decision
 
-STAGE = SHADOW_STAGE
-STATUS = SHADOW_STATUS
 #: ModelLifeCycle.StageDescription's limit (botocore's sagemaker model).
 DESCRIPTION_MAX = 1024
 #: Characters a metadata value may hold (CustomerMetadataValue's pattern), besides letters,
@@ -108,7 +106,7 @@ class Recorder:
         self.client.update_model_package(
             ModelPackageArn=package.arn,
             ModelLifeCycle={
-                "Stage": STAGE,
+                "Stage": SHADOW_STAGE,
                 "StageStatus": status,
                 "StageDescription": decision.reason[:DESCRIPTION_MAX],
             },

@@ -22,6 +22,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import ValidationError
 
 from contracts.fairness import custom_attributes
+from contracts.registry import SHADOW_STATUS
 from contracts.routing import CanaryRoute, Route
 from contracts.settings import RouterSettings
 from lambda_proxy import registry, shadow, usage
@@ -684,7 +685,7 @@ def record(adapter: str, canary: CanaryRoute, decision: shadow.Decision, kind: s
     recorder, group = deps().registry, canary.registry_group
     if recorder is None or group is None:
         return
-    status = registry.STATUS[kind]
+    status = SHADOW_STATUS[kind]
     extra = {"adapter": adapter, "canary_version": canary.version, "group": group}
     try:
         arn = recorder.record(group, canary.version, decision, status)

@@ -324,15 +324,6 @@ def source_text(payload: Mapping[str, Any]) -> str:
     )
 
 
-def signals(
-    canary: CanaryRoute, payload: Mapping[str, Any], answer: str, schema: Any = None
-) -> dict[str, float]:
-    """The canary's signals of one answer to a payload."""
-    return measure(
-        tuple(sorted(canary.margins)), source_text(payload), answer, required_keys(schema)
-    )
-
-
 def pair(
     canary: CanaryRoute,
     payload: Mapping[str, Any],
