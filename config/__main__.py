@@ -189,6 +189,21 @@ def _account_warnings(dep: Deployment) -> list[str]:
     ]
 
 
+def zones_line(dep: Deployment) -> str | None:
+    """Where the environment's VPC puts its subnets: chosen in its file, never looked up at
+    synth (an account-specific synth outside the CDK CLI would get placeholder zones)."""
+    if not dep.env.deployable:
+        return None
+    net = dep.env.network
+    where = f"{dep.env.account or 'ACCOUNT'}/{dep.env.region}"
+    if net.availability_zones:
+        return f"  zones: {', '.join(net.availability_zones)} (network.availability_zones)"
+    return (
+        f"  zones: the first {net.max_azs} that Fn::GetAZs lists in {where} at deploy time "
+        "(name them in network.availability_zones to choose)"
+    )
+
+
 def _plan(env: str) -> int:
     from config.plan import CapacityError, plan
 
@@ -234,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         capacity_errors, warnings = _capacity(dep)
         errors += capacity_errors
         notes += warnings + _account_warnings(dep)
+        if (zones := zones_line(dep)) is not None:
+            notes.insert(0, zones)
         for line in notes:
             print(line)
         for line in errors:

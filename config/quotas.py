@@ -26,6 +26,10 @@ def quota_name(instance_type: str) -> str:
     return f"{instance_type} for endpoint usage"
 
 
+def training_quota_name(instance_type: str) -> str:
+    return f"{instance_type} for training job usage"
+
+
 def endpoint_instances_needed(directory: Path = ENVIRONMENTS_DIR) -> dict[Place, int]:
     need: dict[Place, int] = defaultdict(int)
     for name in environment_names(directory, deployable=True):

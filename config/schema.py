@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from config import layout
 from config.dataset_files import FORMATS, S3_DATASET_RE, is_file_dataset
 from config.devices import DEVICES
 from config.tasks import (
@@ -245,6 +246,12 @@ class TrainingPlan(_Strict):
     """How one environment trains: its hardware sets the schedule (a CPU machine takes fewer,
     larger steps than a GPU job), on top of the task profile and the entry's own overrides."""
 
+    instance_type: str = Field(
+        default="ml.g5.2xlarge",
+        pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$",
+        description="the SageMaker training jobs' instance type; make preflight checks its "
+        "'INSTANCE for training job usage' quota (0 on most new accounts)",
+    )
     defaults: TrainingOverrides = Field(default_factory=TrainingOverrides)
     tasks: dict[str, TrainingOverrides] = Field(
         default_factory=dict,
@@ -933,8 +940,35 @@ class PipelineConfig(_Strict):
 
 
 class NetworkConfig(_Strict):
+    """The VPC. Its zones are chosen here, never looked up at synth (``infra.stacks``)."""
+
     cidr: str = Field(default="10.40.0.0/16", pattern=r"^\d+\.\d+\.\d+\.\d+/\d+$")
-    max_azs: int = Field(default=2, ge=2, le=6)
+    max_azs: int = Field(
+        default=2,
+        ge=2,
+        le=6,
+        description="how many zones, when availability_zones names none: the first N that "
+        "Fn::GetAZs lists in the account and region at deploy time",
+    )
+    availability_zones: list[str] | None = Field(
+        default=None,
+        min_length=2,
+        description="the zones by name (REGION + letter), in place of the first max_azs; "
+        "make preflight checks that the account has them",
+    )
+
+    @model_validator(mode="after")
+    def _zones(self) -> NetworkConfig:
+        zones = self.availability_zones
+        if zones is not None:
+            if len(set(zones)) != len(zones):
+                raise ValueError(f"availability_zones repeat a zone: {zones}")
+            if "max_azs" in self.model_fields_set and self.max_azs != len(zones):
+                raise ValueError(
+                    f"max_azs is {self.max_azs} but availability_zones names {len(zones)}; "
+                    "give one or the other"
+                )
+        return self
 
 
 class ObservabilityConfig(_Strict):
@@ -999,6 +1033,30 @@ class Environment(_Strict):
         default=True, description="false: runs on one machine only (the local platform)"
     )
     training: TrainingPlan = Field(default_factory=TrainingPlan)
+
+    @field_validator("account", mode="before")
+    @classmethod
+    def _account_as_written(cls, v: object) -> object:
+        """``account: 111122223333`` unquoted is an integer to YAML; an account is 12 digits,
+        leading zeros included, so an integer is read back as those 12 digits."""
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 10**12:
+            return f"{v:012d}"
+        return v
+
+    @model_validator(mode="after")
+    def _zones_in_region(self) -> Environment:
+        zones = self.network.availability_zones or []
+        bad = [z for z in zones if not re.fullmatch(rf"{re.escape(self.region)}[a-z]", z)]
+        if bad:
+            raise ValueError(
+                f"network.availability_zones {bad} are not zones of region {self.region} "
+                f"(a zone is the region's name and a letter, e.g. {self.region}a)"
+            )
+        if (problem := layout.bucket_problem(self.prefix, self.region, self.artifact_bucket)) and (
+            self.deployable
+        ):
+            raise ValueError(problem)
+        return self
 
     @field_validator("prefix")
     @classmethod

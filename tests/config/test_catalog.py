@@ -399,3 +399,52 @@ def test_a_tenant_name_outside_iams_ascii_characters_is_refused() -> None:
     with pytest.raises(ValidationError, match="équipe"):
         AccessPolicy(tenants=["équipe"])
     assert AccessPolicy(tenants=["equipe", "123456789012:ops"]).tenants
+
+
+def test_an_unquoted_account_is_read_as_its_twelve_digits(tmp_path) -> None:
+    """YAML reads `account: 011122223333` unquoted as an integer; the account keeps its 12 digits."""
+    from config import load_deployment
+    from tests.infra.conftest import edited_config
+
+    def unquoted(env: dict) -> None:
+        env["account"] = 11122223333  # what YAML makes of 011122223333 written without quotes
+
+    catalog, environments = edited_config(tmp_path, environment=unquoted)
+    assert load_deployment("dev", catalog, environments).env.account == "011122223333"
+
+
+def test_zones_must_be_the_regions_and_agree_with_max_azs(tmp_path) -> None:
+    from config import CatalogError, load_deployment
+    from tests.infra.conftest import edited_config
+
+    def zones(value, **extra):
+        def edit(env: dict) -> None:
+            env["network"] = {**env.get("network", {}), "availability_zones": value, **extra}
+
+        return edit
+
+    catalog, environments = edited_config(tmp_path, environment=zones(["eu-west-1a", "eu-west-1b"]))
+    with pytest.raises(CatalogError, match="not zones of region us-east-1"):
+        load_deployment("dev", catalog, environments)
+    catalog, environments = edited_config(
+        tmp_path, environment=zones(["us-east-1a", "us-east-1b"], max_azs=3)
+    )
+    with pytest.raises(CatalogError, match="max_azs is 3 but availability_zones names 2"):
+        load_deployment("dev", catalog, environments)
+    catalog, environments = edited_config(tmp_path, environment=zones(["us-east-1a", "us-east-1c"]))
+    assert load_deployment("dev", catalog, environments).env.network.availability_zones == [
+        "us-east-1a",
+        "us-east-1c",
+    ]
+
+
+def test_a_prefix_that_makes_no_valid_bucket_name_is_refused(tmp_path) -> None:
+    from config import CatalogError, load_deployment
+    from tests.infra.conftest import edited_config
+
+    def long_prefix(env: dict) -> None:
+        env["prefix"] = "lora-a-very-long-team-prefix-for-dev"
+
+    catalog, environments = edited_config(tmp_path, environment=long_prefix)
+    with pytest.raises(CatalogError, match="not a valid S3 bucket name"):
+        load_deployment("dev", catalog, environments)
