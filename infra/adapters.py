@@ -15,7 +15,7 @@ from aws_cdk import aws_sagemaker as sm
 from constructs import Construct
 
 from config import Deployment, ResolvedAdapter
-from infra.storage import ADAPTER_PREFIX
+from config.layout import adapter_key, artifact_bucket, s3_uri
 
 SHARD_COUNT = 16
 #: CloudFormation allows 500 resources and 1 MB; we keep a margin under both.
@@ -47,7 +47,7 @@ def shards(dep: Deployment) -> dict[int, list[ResolvedAdapter]]:
 
 def artifact_bucket_name(dep: Deployment) -> str:
     """Deterministic bucket name, so any stack can form artifact URLs without an export."""
-    return dep.env.artifact_bucket or f"{dep.env.prefix}-artifacts-{Aws.ACCOUNT_ID}-{Aws.REGION}"
+    return artifact_bucket(dep.env.prefix, Aws.ACCOUNT_ID, Aws.REGION, dep.env.artifact_bucket)
 
 
 def artifact_url(dep: Deployment, a: ResolvedAdapter, *, canary: bool = False) -> str:
@@ -56,8 +56,7 @@ def artifact_url(dep: Deployment, a: ResolvedAdapter, *, canary: bool = False) -
     if published.artifact:
         return published.artifact
     version = a.entry.canary.version if canary and a.entry.canary else a.entry.version
-    key = f"{ADAPTER_PREFIX}{a.name}/{version}/adapter.tar.gz"
-    return f"s3://{artifact_bucket_name(dep)}/{key}"
+    return s3_uri(artifact_bucket_name(dep), adapter_key(a.name, version))
 
 
 def construct_id(name: str) -> str:

@@ -7,7 +7,7 @@ not acknowledged make synth fail.
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, App, Validations
+from aws_cdk import Acknowledgment, App, Stack, Token, Validations
 from cdk_nag import AwsSolutionsChecks, HIPAASecurityChecks, NIST80053R5Checks
 from constructs import IConstruct
 
@@ -32,6 +32,26 @@ def acknowledge(scope: IConstruct, finding: str, reason: str) -> None:
         raise ValueError(f"acknowledgement of {finding} needs a real reason, got {reason!r}")
     ACKNOWLEDGEMENTS.append((scope.node.path, finding, reason))
     Validations.of(scope).acknowledge(Acknowledgment(id=f"{pack}::{finding}", reason=reason))
+
+
+def nag_account(stack: Stack) -> str:
+    """The account as cdk-nag prints it inside an ARN the stack formed (``format_arn``): the
+    literal account of a stack whose environment names one, ``<AWS::AccountId>`` otherwise.
+
+    An acknowledgement's id must be the finding's text exactly; one written with
+    ``<AWS::AccountId>`` stops matching, and synth fails, once the environment sets ``account``.
+    """
+    return "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
+
+
+def nag_arn(stack: Stack, arn: str) -> str:
+    """Any ARN as cdk-nag prints it in a finding id: pseudo parameters as ``<AWS::Name>``,
+    literal values as they are."""
+    resolved = stack.resolve(arn)
+    if isinstance(resolved, str):
+        return resolved
+    parts = resolved["Fn::Join"][1]
+    return "".join(p if isinstance(p, str) else f"<{p['Ref']}>" for p in parts)
 
 
 def add_nag_packs(app: App) -> None:

@@ -24,9 +24,9 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from config import Deployment
+from config import Deployment, layout
 from config.schema import PipelineConfig
-from infra.nag import acknowledge
+from infra.nag import acknowledge, nag_account, nag_arn
 from infra.stacks import build
 
 SMOKE_ROLE = "lora-fleet-pipeline-smoke"
@@ -217,7 +217,7 @@ class PipelineStack(Stack):
                 arn_format=sep,
             )
 
-        bucket = dep.env.artifact_bucket or f"{prefix}-artifacts-{account}-{region}"
+        bucket = layout.artifact_bucket(prefix, account, region, dep.env.artifact_bucket)
         repository = dep.base.image.repository_name(prefix)
         stacks = [
             arn("cloudformation", "stack", f"{prefix}-*/*"),
@@ -225,7 +225,7 @@ class PipelineStack(Stack):
         ]
         objects = [
             f"arn:{stack.partition}:s3:::{bucket}/{p}*"
-            for p in ("base/", "adapters/", "merged/", "release/")
+            for p in (*layout.STAGED_PREFIXES, layout.RELEASE_PREFIX)
         ]
         packages = [
             arn("sagemaker", "model-package-group", f"{prefix}-*"),
@@ -257,7 +257,9 @@ class PipelineStack(Stack):
                 actions=["kms:GenerateDataKey", "kms:Decrypt"],
                 resources=[arn("kms", "key", "*")],
                 conditions={
-                    "ForAnyValue:StringEquals": {"kms:ResourceAliases": f"alias/{prefix}-data"}
+                    "ForAnyValue:StringEquals": {
+                        "kms:ResourceAliases": layout.data_key_alias(prefix)
+                    }
                 },
             ),
             iam.PolicyStatement(
@@ -347,7 +349,7 @@ class PipelineStack(Stack):
         """
         stack = Stack.of(self)
         region = stack.region
-        arn = f"arn:<AWS::Partition>:%s:{region}:<AWS::AccountId>:%s"
+        arn = f"arn:<AWS::Partition>:%s:{region}:{nag_account(stack)}:%s"
         bucket = f"<{stack.get_logical_id(self.artifacts.node.default_child)}.Arn>"
         projects = [c for c in self.node.find_all() if isinstance(c, codebuild.CfnProject)]
         smoke = [stack.get_logical_id(c) for c in projects if "/Smoke-" in c.node.path]
@@ -382,7 +384,7 @@ class PipelineStack(Stack):
                 "of the target accounts) and the asset role's codebuild StartBuild, StopBuild "
                 "and BatchGetBuilds for the asset projects it creates."
             ),
-            "AwsSolutions-IAM5[Resource::arn:*:iam::<AWS::AccountId>:role/*]": (
+            f"AwsSolutions-IAM5[Resource::arn:*:iam::{nag_account(stack)}:role/*]": (
                 "Self-mutation assumes the CDK bootstrap roles, chosen by the generated "
                 "statement's condition on the aws-cdk:bootstrap-role tag; their names carry each "
                 "account's bootstrap qualifier."
@@ -416,7 +418,7 @@ class PipelineStack(Stack):
             **inline,
         }
         for generate in self._smoke_arns:
-            smoke_role[f"AwsSolutions-IAM5[Resource::{_nag_arn(stack, generate)}]"] = (
+            smoke_role[f"AwsSolutions-IAM5[Resource::{nag_arn(stack, generate)}]"] = (
                 "Only POST .../v1/adapters/*/generate on the live stage: one call per catalog "
                 "adapter, on an API whose id exists only after that stage deploys."
             )
@@ -442,9 +444,9 @@ class PipelineStack(Stack):
         reasons = _RELEASE_RESOURCE_REASONS
         for arns in self._release_arns:
             for arn in arns:
-                nag_arn = _nag_arn(stack, arn)
-                service = next(k for k in reasons if f":{k}:" in nag_arn)
-                release_role[f"AwsSolutions-IAM5[Resource::{nag_arn}]"] = reasons[service]
+                acked = nag_arn(stack, arn)
+                service = next(k for k in reasons if f":{k}:" in acked)
+                release_role[f"AwsSolutions-IAM5[Resource::{acked}]"] = reasons[service]
         for scope, findings in (
             (self.pipeline, pipeline),
             (self.smoke_role, smoke_role),
@@ -516,12 +518,3 @@ def _project_logs(arn: str, ids: list[str]) -> dict[str, str]:
             "Test report groups CodeBuild creates for this project, named after it."
         )
     return out
-
-
-def _nag_arn(stack: Stack, arn: str) -> str:
-    """An ARN as cdk-nag prints it in a finding id: pseudo parameters as ``<AWS::Name>``."""
-    resolved = stack.resolve(arn)
-    if isinstance(resolved, str):
-        return resolved
-    parts = resolved["Fn::Join"][1]
-    return "".join(p if isinstance(p, str) else f"<{p['Ref']}>" for p in parts)

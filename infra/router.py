@@ -31,7 +31,7 @@ from config.processes import router_settings
 from contracts.registry import SHADOW_STAGE, SHADOW_STATUS
 from infra.bundle import router_bundle
 from infra.lifecycle import removal_policy, retention
-from infra.nag import acknowledge, checkov_skip
+from infra.nag import acknowledge, checkov_skip, nag_arn
 from infra.registry import shadow_groups
 
 STAGE = "live"
@@ -488,8 +488,7 @@ def invoke_policies(scope: Construct, stack: Stack, dep: Deployment) -> list[iam
     if len(arns) == 1 and arns[0].endswith("-*"):
         acknowledge(
             policies[0],
-            f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sagemaker:{stack.region}:"
-            f"<AWS::AccountId>:inference-component/{dep.env.prefix}-*]",
+            f"AwsSolutions-IAM5[Resource::{nag_arn(stack, arns[0])}]",
             "More adapter components than IAM's managed policies per role can list by name: "
             "this environment's own components by its prefix, with an explicit Deny on its base "
             "component; make check refuses an environment whose prefix extends another's.",
@@ -549,27 +548,29 @@ def registry_policy(scope: Construct, stack: Stack, dep: Deployment) -> iam.Mana
                         "sagemaker:ModelApprovalStatus": "true",
                         "sagemaker:CustomerMetadataPropertiesToRemove": "true",
                     },
+                    # Only a package already in the shadow-canary stage (publish registers a
+                    # shadow canary there; a stable version never is): StringEquals, not
+                    # IfExists, since a package with no stage carries no such key and IfExists
+                    # would admit it, so the router could rewrite a stable version's record.
                     "StringEquals": {
                         "sagemaker:ModelLifeCycle:Stage": SHADOW_STAGE,
                         "sagemaker:ModelLifeCycle:StageStatus": sorted(SHADOW_STATUS.values()),
+                        "sagemaker:CurrentModelLifeCycleStage": SHADOW_STAGE,
                     },
-                    "StringEqualsIfExists": {"sagemaker:CurrentModelLifeCycleStage": SHADOW_STAGE},
                 },
             ),
         ],
     )
-    region = stack.region
     acknowledge(
         policy,
         "AwsSolutions-IAM5[Resource::*]",
         "ListModelPackages: SageMaker's List- calls take no resource-level restriction "
         "(SageMaker developer guide, API permissions); it returns package summaries only.",
     )
-    for g in groups:
+    for package in packages:
         acknowledge(
             policy,
-            f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sagemaker:{region}:"
-            f"<AWS::AccountId>:model-package/{g}/*]",
+            f"AwsSolutions-IAM5[Resource::{nag_arn(stack, package)}]",
             "A version's package ARN ends in the number SageMaker gives it at registration, "
             "unknown at synth; limited to this shadow canary's group, and the update to a "
             "lifecycle record that sets no approval status.",

@@ -27,13 +27,13 @@ from aws_cdk import aws_sagemaker as sm
 from constructs import Construct
 
 from config import Deployment, ResolvedAdapter
+from config.layout import ADAPTER_PREFIX, BASE_PREFIX, MERGED_PREFIX, base_prefix, merged_prefix
 from config.processes import merged_runtime_settings, runtime_settings
 from config.schema import ROLLOUT_BATCH_PERCENT
 from infra.adapters import construct_id as id_of
 from infra.eni_drain import EniDrain
 from infra.lifecycle import removal_policy, retention
-from infra.nag import acknowledge, checkov_skip
-from infra.storage import ADAPTER_PREFIX, BASE_PREFIX, MERGED_PREFIX
+from infra.nag import acknowledge, checkov_skip, nag_account
 
 VARIANT = "AllTraffic"
 #: The image runs vLLM 0.32.0's CUDA build, whose torch 2.13.0 is built on CUDA 13.0
@@ -122,9 +122,28 @@ def rollback_alarm_name(dep: Deployment) -> str:
     return f"{dep.env.prefix}-endpoint-5xx-rollback"
 
 
+#: What the container does before vLLM starts waiting for its engine (imports of the API
+#: process and of the spawned engine, the doctor), taken off SageMaker's start-up budget.
+ENGINE_WAIT_MARGIN_S = 120
+
+
+def engine_ready_timeout_s(startup_timeout_s: int) -> int:
+    """vLLM's own limit on the engine's start (``VLLM_ENGINE_READY_TIMEOUT_S``, 600 s by
+    default: ``vllm/envs.py``), derived from the component's start-up health-check timeout.
+    Left at 600 s, a cold start that compiles and captures CUDA graphs for longer ends the
+    process before SageMaker's 900 s are spent, and every retry does the same."""
+    return max(60, startup_timeout_s - ENGINE_WAIT_MARGIN_S)
+
+
 def container_environment(dep: Deployment) -> dict[str, str]:
-    """Serving options (LMI-style names; runtime/vllm_args.py maps each to vLLM's argument)."""
-    return runtime_settings(dep).to_env()
+    """Serving options (LMI-style names; runtime/vllm_args.py maps each to vLLM's argument),
+    and vLLM's engine start-up limit inside SageMaker's."""
+    return {
+        **runtime_settings(dep).to_env(),
+        "VLLM_ENGINE_READY_TIMEOUT_S": str(
+            engine_ready_timeout_s(dep.env.serving.startup_timeout_s)
+        ),
+    }
 
 
 class Image:
@@ -228,7 +247,7 @@ class Serving(Construct):
         )
         self.role.add_managed_policy(self.policy)
         model_data = dep.base.model_data or bucket.s3_url_for_object(
-            f"{BASE_PREFIX}{dep.base_key}/{dep.base.revision}/"
+            base_prefix(dep.base_key, dep.base.revision)
         )
         self.model = self._model("Model", model_data, container_environment(dep))
 
@@ -387,7 +406,7 @@ class Serving(Construct):
         for a in merged_adapters(dep):
             model = self._model(
                 f"{id_of(a.name)}MergedModel",
-                bucket.s3_url_for_object(f"{MERGED_PREFIX}{a.name}/{a.entry.version}/"),
+                bucket.s3_url_for_object(merged_prefix(a.name, a.entry.version)),
                 merged_environment(dep),
             )
             component = self._component(
@@ -657,7 +676,7 @@ def _acknowledge_execution_policy(
         "prefix: the weights of each serving: merged entry, keyed by adapter and version.",
         **{
             f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:{stack.region}:"
-            f"<AWS::AccountId>:log-group:{group}:*]": "Streams of this endpoint's own log "
+            f"{nag_account(stack)}:log-group:{group}:*]": "Streams of this endpoint's own log "
             "group; SageMaker names them per instance and copy at run time."
             for group in log_groups
         },

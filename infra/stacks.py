@@ -11,7 +11,7 @@ Stateful stacks get termination protection where the environment asks for deleti
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Environment, Stack, Tags
+from aws_cdk import CfnOutput, Environment, Fn, Stack, Tags
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
@@ -29,10 +29,28 @@ from infra.storage import Storage
 
 class EnvironmentStack(Stack):
     """A stack named exactly by its id, also inside a pipeline Stage (whose default would prefix
-    the stage name), so ``cdk deploy -c env=NAME``, the pipeline and ``make smoke`` agree."""
+    the stage name), so ``cdk deploy -c env=NAME``, the pipeline and ``make smoke`` agree.
 
-    def __init__(self, scope: Construct, id: str, **kw) -> None:
+    Its availability zones are the environment's choice, never a synth-time lookup: a stack
+    whose environment names an account otherwise asks the CDK CLI to look them up, and a synth
+    outside the CLI (the release's, ``ops.snapshots.synth``) gets CDK's placeholders
+    ``dummy1a``/``dummy1b``, which EC2 refuses (CDK API reference, ``Stack.availabilityZones``:
+    "To specify a different strategy for selecting availability zones override this method").
+    ``zones``: the environment's ``network.availability_zones``, or a count: the first N zones
+    ``Fn::GetAZs`` lists in the account and region at deploy time, as an account-agnostic
+    stack does.
+    """
+
+    def __init__(self, scope: Construct, id: str, *, zones: list[str] | int = 2, **kw) -> None:
         super().__init__(scope, id, stack_name=id, **kw)
+        self._zones = zones
+
+    @property
+    def availability_zones(self) -> list[str]:
+        zones = getattr(self, "_zones", 2)
+        if isinstance(zones, int):
+            return [Fn.select(i, Fn.get_azs()) for i in range(zones)]
+        return list(zones)
 
 
 class AccountStack(EnvironmentStack):
@@ -178,28 +196,30 @@ def build(app: Construct, dep: Deployment, *, account_stack: bool = True) -> lis
     """The environment's stacks in ``app`` (an App, or a pipeline Stage: same stack names).
     ``account_stack=False``: leave out ``lora-fleet-account``, which another stage of the same
     account and region already deploys (one per account and region)."""
-    env = Environment(account=dep.env.account, region=dep.env.region)
+    # Every stack of the environment: its account and region, and its zones (EnvironmentStack).
+    env: dict = {
+        "env": Environment(account=dep.env.account, region=dep.env.region),
+        "zones": dep.env.network.availability_zones or dep.env.network.max_azs,
+    }
     p = dep.env.prefix
     protect = dep.env.deletion_protection
     account = (
-        AccountStack(app, ACCOUNT_STACK, env=env, termination_protection=True)
+        AccountStack(app, ACCOUNT_STACK, **env, termination_protection=True)
         if account_stack
         else None
     )
-    stateful = StatefulStack(app, f"{p}-stateful", dep=dep, env=env, termination_protection=protect)
-    network = NetworkStack(app, f"{p}-network", dep=dep, stateful=stateful, env=env)
+    stateful = StatefulStack(app, f"{p}-stateful", dep=dep, **env, termination_protection=protect)
+    network = NetworkStack(app, f"{p}-network", dep=dep, stateful=stateful, **env)
     cache = CacheStack(
         app,
         f"{p}-cache",
         dep=dep,
         stateful=stateful,
         network=network,
-        env=env,
+        **env,
         termination_protection=protect,
     )
-    serving = ServingStack(
-        app, f"{p}-serving", dep=dep, stateful=stateful, network=network, env=env
-    )
+    serving = ServingStack(app, f"{p}-serving", dep=dep, stateful=stateful, network=network, **env)
     stacks: list[Stack] = [stateful, network, cache, serving]
     for index, members in shards(dep).items():
         registry = RegistryShardStack(
@@ -207,7 +227,7 @@ def build(app: Construct, dep: Deployment, *, account_stack: bool = True) -> lis
             registry_stack_name(dep, index),
             dep=dep,
             members=members,
-            env=env,
+            **env,
             termination_protection=protect,
         )
         # Deployed before serving, which the pipeline's release step (publish: the groups take
@@ -215,20 +235,18 @@ def build(app: Construct, dep: Deployment, *, account_stack: bool = True) -> lis
         serving.add_stack_dependency(registry, "publish registers versions in the groups")
         stacks.insert(stacks.index(serving), registry)
     for index, members in shards(dep).items():
-        shard = AdapterShardStack(
-            app, f"{p}-adapters-{index:02d}", dep=dep, members=members, env=env
-        )
+        shard = AdapterShardStack(app, f"{p}-adapters-{index:02d}", dep=dep, members=members, **env)
         shard.add_stack_dependency(
             serving, "adapter components need the endpoint and base component"
         )
         stacks.append(shard)
     router = RouterStack(
-        app, f"{p}-router", dep=dep, stateful=stateful, network=network, cache=cache, env=env
+        app, f"{p}-router", dep=dep, stateful=stateful, network=network, cache=cache, **env
     )
     router.add_stack_dependency(serving, "the router invokes the endpoint")
     if account is not None:
         router.add_stack_dependency(account, "API Gateway logs through the account's role")
-    observability = ObservabilityStack(app, f"{p}-observability", dep=dep, env=env)
+    observability = ObservabilityStack(app, f"{p}-observability", dep=dep, **env)
     observability.add_stack_dependency(router, "alarms watch the router's API and function")
     observability.add_stack_dependency(
         serving, "metric filters read the base component's log group"

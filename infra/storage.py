@@ -9,15 +9,9 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from config import Deployment
+from config import Deployment, layout
 from infra.lifecycle import removal_policy, share_removal
 from infra.nag import acknowledge, checkov_skip
-
-#: Key prefixes in the artifact bucket; the SageMaker role reads only these.
-BASE_PREFIX = "base/"
-ADAPTER_PREFIX = "adapters/"
-#: Merged weights of the ``serving: merged`` entries: ``merged/NAME/VERSION/`` (ops.release).
-MERGED_PREFIX = "merged/"
 
 
 class Storage(Construct):
@@ -38,7 +32,7 @@ class Storage(Construct):
         self.key = kms.Key(
             self,
             "DataKey",
-            alias=f"alias/{dep.env.prefix}-data",
+            alias=layout.data_key_alias(dep.env.prefix),
             description=f"{dep.env.prefix}: artifacts, logs, cache secret and endpoint volumes",
             enable_key_rotation=True,
             removal_policy=removal,
