@@ -21,6 +21,10 @@ SHADOW_STAGE = "shadow-canary"
 #: A decision -> its lifecycle status (StageStatus: ``[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}``), the
 #: only statuses the router's role may write.
 SHADOW_STATUS = {"rollback": "rolled-back", "promote": "promoted", "held": "held"}
+#: The status publish gives a shadow canary's package at registration, before any decision:
+#: only packages in SHADOW_STAGE may be updated by the router (its policy conditions on the
+#: package's current stage), and a stable version never is in it.
+SHADOW_PENDING = "judging"
 #: CustomerMetadataProperties holds at most this many entries (botocore's sagemaker model,
 #: shape CustomerMetadataMap).
 METADATA_MAX = 50
@@ -32,6 +36,9 @@ class Package:
     status: str
     metadata: dict[str, str]
     description: str = ""
+    #: The archive's sha256 as registered in ``ModelMetrics`` (set at creation only: no
+    #: UpdateModelPackage field reaches it, unlike the customer metadata the router may write).
+    archive_digest: str | None = None
 
     @property
     def approved(self) -> bool:
@@ -56,10 +63,17 @@ def find(sm: Any, group: str, version: str) -> Package | None:
         described = sm.describe_model_package(ModelPackageName=summary["ModelPackageArn"])
         meta = described.get("CustomerMetadataProperties") or {}
         if meta.get("version") == version:
+            digest = (
+                described.get("ModelMetrics", {})
+                .get("ModelQuality", {})
+                .get("Constraints", {})
+                .get("ContentDigest", "")
+            )
             return Package(
                 described["ModelPackageArn"],
                 described["ModelApprovalStatus"],
                 meta,
                 described.get("ApprovalDescription") or "",
+                digest.removeprefix("sha256:") or None,
             )
     return None

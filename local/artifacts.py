@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from config import Deployment
+from config.layout import archives_dir
 from contracts.manifests import AdapterManifest, BaseManifest
 from local.options import Options, PlatformError
 from training.reuse import cached_adapter
@@ -56,7 +57,7 @@ class AdapterPlan:
 
 
 def plan_adapters(dep: Deployment, opts: Options, base_manifest: BaseManifest) -> AdapterPlan:
-    out = opts.artifacts / "adapters"
+    out = archives_dir(opts.artifacts / "adapters", dep.base_key)
     plan = AdapterPlan()
     for a in dep.adapters:
         why = cached_adapter(dep, a.name, out, base_manifest, opts.max_steps)

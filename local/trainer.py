@@ -27,6 +27,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from config.layout import archives_dir
 from local.options import Options
 from local.processes import alive, read_state, reap, spawn, write_state
 
@@ -80,7 +81,7 @@ def run(opts: Any, todo: list[str], declare: Any, log=print) -> int:
     status = Status(opts.state_dir, todo)
     dep = load_deployment(opts.env, opts.catalog, opts.environments_dir)
     base_dir = opts.artifacts / "base" / dep.base_key
-    out = opts.artifacts / "adapters"
+    out = archives_dir(opts.artifacts / "adapters", dep.base_key)
     out.mkdir(parents=True, exist_ok=True)
     offline = 0
     queue, attempted = list(todo), set()

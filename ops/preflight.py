@@ -10,7 +10,16 @@ A fresh account fails a first deploy in ways no offline check sees (deploy revie
   rolling update needs ``max_instance_count`` instances (Service Quotas: ``<type> for endpoint
   usage``), summed over the environments that share the account;
 - the smoke check calls every adapter as the releasing principal, which must be one of the
-  environment's ``router.operators`` (a role by name: ``contracts.principals``).
+  environment's ``router.operators`` (a role by name: ``contracts.principals``);
+- Lambda keeps 100 executions of the account unreserved, and new accounts start with a
+  reduced concurrency quota, so the router's ``reserved_concurrency`` may not fit;
+- a release that trains needs ``INSTANCE for training job usage`` of at least 1, 0 on most
+  new accounts.
+
+Quotas still at their default value are not always returned by ``ListServiceQuotas``
+(Service Quotas API reference: "If the applied quota value is not available for a quota, the
+quota is not retrieved"); those are read from ``ListAWSDefaultServiceQuotas``, said so, and
+never refused for being unlisted.
 
 Each check answers in a sentence with the value found and the value needed. ``make release``
 runs the same checks first.
@@ -24,15 +33,31 @@ from dataclasses import dataclass
 from typing import Any
 
 from config import ENVIRONMENTS_DIR, Deployment, load_deployment
-from config.quotas import endpoint_instances_needed, quota_name
+from config.aws import AwsEnv
+from config.quotas import endpoint_instances_needed, quota_name, training_quota_name
 from contracts.principals import caller_keys, match_key
 
 #: The bootstrap version ``cdk deploy`` of aws-cdk-lib 2.x asks for (its assets' roles and the
 #: lookup role; the CLI refuses an older one, "This CDK deployment requires bootstrap stack
 #: version '6'").
 MIN_BOOTSTRAP_VERSION = 6
-BOOTSTRAP_PARAMETER = "/cdk-bootstrap/hnb659fds/version"
 SAGEMAKER = "sagemaker"
+#: Lambda: "You can reserve up to the Unreserved account concurrency value minus 100 for
+#: functions that don't have reserved concurrency" (Lambda developer guide, "Configuring
+#: reserved concurrency").
+LAMBDA_UNRESERVED_FLOOR = 100
+
+
+def bootstrap_parameter() -> str:
+    """The bootstrap version parameter for the qualifier ``cdk.json`` sets (CDK's default
+    ``hnb659fds`` when it sets none: the CDK guide, "Customize bootstrapping")."""
+    import json
+
+    from config.loader import REPO_ROOT
+
+    context = json.loads((REPO_ROOT / "cdk.json").read_text()).get("context", {})
+    qualifier = context.get("@aws-cdk/core:bootstrapQualifier", "hnb659fds")
+    return f"/cdk-bootstrap/{qualifier}/version"
 
 
 @dataclass(frozen=True)
@@ -45,16 +70,33 @@ class Finding:
         return f"{'ok  ' if self.ok else 'FAIL'} {self.check}: {self.message}"
 
 
-def quota_value(client: Any, quota_name: str) -> tuple[str, float] | None:
-    """The account's applied value of SageMaker's quota named ``quota_name``, through
-    ``GetServiceQuota`` (its code found with ``ListServiceQuotas``); None when no such quota."""
-    paginator = client.get_paginator("list_service_quotas")
-    for page in paginator.paginate(ServiceCode=SAGEMAKER):
+def _find_code(client: Any, operation: str, name: str) -> str | None:
+    for page in client.get_paginator(operation).paginate(ServiceCode=SAGEMAKER):
         for quota in page.get("Quotas", []):
-            if quota.get("QuotaName") == quota_name:
-                got = client.get_service_quota(ServiceCode=SAGEMAKER, QuotaCode=quota["QuotaCode"])
-                return quota["QuotaCode"], float(got["Quota"]["Value"])
+            if quota.get("QuotaName") == name:
+                return quota["QuotaCode"]
     return None
+
+
+def quota_value(client: Any, quota_name: str) -> tuple[str, float, bool] | None:
+    """SageMaker's quota named ``quota_name``: (code, value, whether it is AWS's default value
+    because the account has no applied one); None when Service Quotas knows no such quota.
+
+    ``ListServiceQuotas`` leaves out quotas whose applied value is not available, and
+    ``GetServiceQuota`` answers ``NoSuchResourceException`` for them (botocore's
+    service-quotas model); the default is then ``GetAWSDefaultServiceQuota``'s."""
+    code = _find_code(client, "list_service_quotas", quota_name)
+    if code is not None:
+        try:
+            got = client.get_service_quota(ServiceCode=SAGEMAKER, QuotaCode=code)
+            return code, float(got["Quota"]["Value"]), False
+        except client.exceptions.NoSuchResourceException:
+            pass
+    code = code or _find_code(client, "list_aws_default_service_quotas", quota_name)
+    if code is None:
+        return None
+    got = client.get_aws_default_service_quota(ServiceCode=SAGEMAKER, QuotaCode=code)
+    return code, float(got["Quota"]["Value"]), True
 
 
 def check_identity(dep: Deployment, identity: dict[str, str]) -> list[Finding]:
@@ -100,11 +142,21 @@ def check_bootstrap(dep: Deployment, ssm: Any, cfn: Any) -> Finding:
     from botocore.exceptions import ClientError
 
     where = f"aws://{dep.env.account or 'ACCOUNT'}/{dep.env.region}"
+    parameter = bootstrap_parameter()
     try:
-        version = int(ssm.get_parameter(Name=BOOTSTRAP_PARAMETER)["Parameter"]["Value"])
-    except ClientError:
+        version = int(ssm.get_parameter(Name=parameter)["Parameter"]["Value"])
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "ParameterNotFound":
+            return Finding(
+                "bootstrap",
+                False,
+                f"could not read {parameter} ({exc.response['Error']['Code']}): the "
+                "credentials need ssm:GetParameter on it",
+            )
         return Finding(
-            "bootstrap", False, f"the account is not bootstrapped: npx cdk bootstrap {where}"
+            "bootstrap",
+            False,
+            f"the account is not bootstrapped ({parameter} is missing): npx cdk bootstrap {where}",
         )
     if version < MIN_BOOTSTRAP_VERSION:
         return Finding(
@@ -133,23 +185,70 @@ def check_quotas(
     ).items():
         if (account, region) != here:
             continue
-        name = quota_name(instance_type)
-        found = quota_value(quotas, name)
-        if found is None:
-            out.append(Finding("quota", False, f"Service Quotas has no SageMaker quota {name!r}"))
-            continue
-        code, value = found
-        ok = value >= needed
         out.append(
-            Finding(
-                "quota",
-                ok,
-                f"{name!r} ({code}) is {value:g}, {needed} needed (max_instance_count of the "
-                "environments in this account and region)"
-                + ("" if ok else "; request an increase in the Service Quotas console"),
+            _quota_finding(
+                quotas,
+                quota_name(instance_type),
+                needed,
+                "max_instance_count of the environments in this account and region",
             )
         )
     return out
+
+
+def _quota_finding(quotas: Any, name: str, needed: int, why: str) -> Finding:
+    found = quota_value(quotas, name)
+    if found is None:
+        return Finding("quota", False, f"Service Quotas has no SageMaker quota {name!r}")
+    code, value, default = found
+    ok = value >= needed
+    return Finding(
+        "quota",
+        ok,
+        f"{name!r} ({code}) is {value:g}{' (AWS default; none applied)' if default else ''}, "
+        f"{needed} needed ({why})"
+        + ("" if ok else "; request an increase in the Service Quotas console"),
+    )
+
+
+def check_training_quota(dep: Deployment, quotas: Any) -> Finding:
+    """A release that trains runs one job at a time on the environment's training instance."""
+    return _quota_finding(
+        quotas,
+        training_quota_name(dep.env.training.instance_type),
+        1,
+        "training.instance_type, one job at a time",
+    )
+
+
+def check_lambda_concurrency(dep: Deployment, lam: Any) -> Finding:
+    """The router's reserved concurrency must leave Lambda's 100 unreserved executions.
+
+    ``UnreservedConcurrentExecutions`` already excludes what the router reserves when it
+    exists, so that share is added back before comparing."""
+    needed = dep.env.router.reserved_concurrency
+    limit = lam.get_account_settings()["AccountLimit"]
+    unreserved = int(limit["UnreservedConcurrentExecutions"])
+    try:
+        current = lam.get_function_concurrency(FunctionName=f"{dep.env.prefix}-router")
+        unreserved += int(current.get("ReservedConcurrentExecutions") or 0)
+    except lam.exceptions.ResourceNotFoundException:
+        pass
+    left = unreserved - needed
+    ok = left >= LAMBDA_UNRESERVED_FLOOR
+    return Finding(
+        "lambda",
+        ok,
+        f"router.reserved_concurrency {needed} leaves {left} of the account's "
+        f"{limit['ConcurrentExecutions']} executions unreserved, at least "
+        f"{LAMBDA_UNRESERVED_FLOOR} needed"
+        + (
+            ""
+            if ok
+            else "; lower router.reserved_concurrency or request a higher 'Concurrent "
+            "executions' quota for Lambda"
+        ),
+    )
 
 
 def run(
@@ -158,24 +257,22 @@ def run(
     environments_dir: Any = ENVIRONMENTS_DIR,
     *,
     operator: bool = True,
+    training: bool = False,
 ) -> list[Finding]:
     """Every check; ``operator=False`` where the caller runs no smoke check (the pipeline's
-    release step: its smoke step runs as a role of its own)."""
-    region = dep.env.region
-    identity = session.client("sts", region_name=region).get_caller_identity()
+    release step: its smoke step runs as a role of its own); ``training``: the release may
+    start training jobs."""
+    aws = AwsEnv(dep.env, session)
+    identity = aws.client("sts").get_caller_identity()
     findings = check_identity(dep, identity)
     if operator:
         findings.append(check_operator(dep, identity))
-    findings.append(
-        check_bootstrap(
-            dep,
-            session.client("ssm", region_name=region),
-            session.client("cloudformation", region_name=region),
-        )
-    )
-    findings += check_quotas(
-        dep, session.client("service-quotas", region_name=region), environments_dir
-    )
+    findings.append(check_bootstrap(dep, aws.client("ssm"), aws.client("cloudformation")))
+    quotas = aws.client("service-quotas")
+    findings += check_quotas(dep, quotas, environments_dir)
+    findings.append(check_lambda_concurrency(dep, aws.client("lambda")))
+    if training:
+        findings.append(check_training_quota(dep, quotas))
     return findings
 
 
@@ -192,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
 
     dep = load_deployment(args.env)
     try:
-        findings = run(boto3.Session(), dep)
+        findings = run(boto3.Session(region_name=dep.env.region), dep, training=True)
     except (BotoCoreError, ClientError) as exc:
         print(f"preflight failed: AWS said: {exc}", file=sys.stderr)
         return 1

@@ -44,12 +44,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from config import CATALOG_PATH, ENVIRONMENTS_DIR, Deployment, load_deployment
+from config import CATALOG_PATH, ENVIRONMENTS_DIR, Deployment, layout, load_deployment
+from config.aws import AccountMismatchError, AwsEnv
 from contracts.compat import TOKENIZER_FILES, tokenizer_sha256
 from contracts.manifests import MergedManifest
-from infra.storage import ADAPTER_PREFIX, BASE_PREFIX, MERGED_PREFIX
 from training.merge import MERGED_MANIFEST
 from training.package import sha256_file
+from training.registry import delete_group_versions
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Files of a hub snapshot the runtime loads: weights, configs, tokenizer (never code or docs).
@@ -135,18 +136,27 @@ class ReleaseError(RuntimeError):
     pass
 
 
-#: Where a release looks for ``NAME.tar.gz`` archives, and where a teardown keeps them.
+#: Where a release looks for ``BASE_KEY/NAME.tar.gz`` archives, and where a teardown keeps them
+#: (``config.layout.archives_dir``: one folder per base, beside ``make up``'s own).
 ARCHIVES = ROOT / ".artifacts" / "adapters"
 
 
-def artifact_bucket(dep: Deployment, account: str, region: str) -> str:
-    """The environment's artifact bucket: its own name, or the stateful stack's deterministic
-    one (``infra.adapters.artifact_bucket_name``)."""
-    return dep.env.artifact_bucket or f"{dep.env.prefix}-artifacts-{account}-{region}"
+adapter_key = layout.adapter_key
 
 
-def adapter_key(name: str, version: str) -> str:
-    return f"{ADAPTER_PREFIX}{name}/{version}/adapter.tar.gz"
+def _groups_in(template: dict) -> set[str]:
+    return {
+        r["Properties"]["ModelPackageGroupName"]
+        for r in template.get("Resources", {}).values()
+        if r.get("Type") == "AWS::SageMaker::ModelPackageGroup"
+    }
+
+
+def registry_stack_of(dep: Deployment, adapter: str) -> str:
+    from infra.adapters import shard_of
+    from infra.registry import registry_stack_name
+
+    return registry_stack_name(dep, shard_of(adapter))
 
 
 class Tools:
@@ -175,11 +185,23 @@ class Tools:
 
         return merge(base_dir, archive, out)
 
-    def train(self, adapter: str, env: str, role: str) -> str:
-        """Run the adapter's SageMaker training job; the S3 URI of its output model.tar.gz."""
+    def train(self, adapter: str, aws: AwsEnv, dep: Deployment, role: str) -> str:
+        """Run the adapter's SageMaker training job in the environment's account and region,
+        reading the base from and writing to its bucket; the S3 URI of its output
+        model.tar.gz."""
         from training.launch import launch
 
-        return launch(adapter, env, role, dry_run=False, wait=True)  # type: ignore[return-value]
+        uri = launch(
+            adapter,
+            dep.env.name,
+            role,
+            dry_run=False,
+            wait=True,
+            bucket=aws.bucket,
+            session=aws.session,
+            dep=dep,
+        )
+        return uri  # type: ignore[return-value]
 
     def training_job(self, name: str, region: str) -> dict[str, Any]:
         """DescribeTrainingJob: what publish checks an archive's recorded verdict against."""
@@ -194,19 +216,47 @@ class Tools:
 
         return job_archive_sha256(uri, adapter, region)
 
+    def base_image(self, *, ci: bool) -> str:
+        """vLLM's image the runtime builds on, by its registry digest (``ops.base_image``):
+        checked when the Dockerfile pins one (a tag moved upstream stops the release), pinned
+        and written into the Dockerfile when it does not (commit it); in CI an unpinned
+        Dockerfile is refused, since a file written on a runner is never committed."""
+        from ops.base_image import BaseImageError, check, pin, pinned
+
+        try:
+            if pinned()[1] is not None:
+                return check()
+            if ci:
+                raise BaseImageError(
+                    "runtime/Dockerfile names its base without a digest: run `python -m "
+                    "ops.base_image pin` where the registry is reachable and commit it"
+                )
+            ref = pin()
+        except BaseImageError as exc:
+            raise ReleaseError(str(exc)) from None
+        print(f"  pinned the runtime's base to {ref} in runtime/Dockerfile (commit it)")
+        return ref
+
     def smoke(self, env: str) -> int:
         from ops.smoke import main
 
         return main(["--env", env])
 
     def preflight(
-        self, session: Any, dep: Deployment, environments_dir: Path, *, smoke: bool = True
+        self,
+        session: Any,
+        dep: Deployment,
+        environments_dir: Path,
+        *,
+        smoke: bool = True,
+        training: bool = False,
     ) -> list[str]:
         """``make preflight``'s findings that stop a release (``ops.preflight``); ``smoke``:
-        the release runs the smoke check, so its principal must be an operator."""
+        the release runs the smoke check, so its principal must be an operator; ``training``:
+        it may start training jobs, so their quota is checked too."""
         from ops.preflight import run
 
-        findings = run(session, dep, environments_dir, operator=smoke)
+        findings = run(session, dep, environments_dir, operator=smoke, training=training)
         for f in findings:
             print("  " + f.line(), flush=True)
         return [f.message for f in findings if not f.ok]
@@ -231,19 +281,19 @@ class Release:
     def __post_init__(self) -> None:
         self.dep = self._load()
         self.region = self.dep.env.region
-        ident = self.session.client("sts", region_name=self.region).get_caller_identity()
-        self.account = ident["Account"]
-        if self.dep.env.account and self.dep.env.account != self.account:
-            raise ReleaseError(
-                f"environment {self.env!r} is account {self.dep.env.account}, but the "
-                f"credentials are account {self.account}"
-            )
-        self.bucket = artifact_bucket(self.dep, self.account, self.region)
-        self.s3 = self.session.client("s3", region_name=self.region)
-        self.ecr = self.session.client("ecr", region_name=self.region)
-        self.cfn = self.session.client("cloudformation", region_name=self.region)
-        self.kms = self.session.client("kms", region_name=self.region)
-        self.sm = self.session.client("sagemaker", region_name=self.region)
+        # One session in the environment's region (config.aws), never the shell's.
+        self.aws = AwsEnv(self.dep.env, self.session)
+        self.session = self.aws.session
+        try:
+            self.account = self.aws.account
+        except AccountMismatchError as exc:
+            raise ReleaseError(str(exc)) from None
+        self.bucket = self.aws.bucket
+        self.s3 = self.aws.client("s3")
+        self.ecr = self.aws.client("ecr")
+        self.cfn = self.aws.client("cloudformation")
+        self.kms = self.aws.client("kms")
+        self.sm = self.aws.client("sagemaker")
         self._templates: dict[str, dict] | None = None
         self._outdir = Path(tempfile.mkdtemp(prefix=f"release-{self.env}-"))
 
@@ -294,6 +344,71 @@ class Release:
                     raise
                 missing.append(f"model package group {a.component_name} does not exist")
         return missing
+
+    def _deployed_groups(self) -> dict[str, set[str]]:
+        """The model package groups each deployed registry shard declares, by stack."""
+        from botocore.exceptions import ClientError
+
+        from infra.adapters import SHARD_COUNT
+        from infra.registry import registry_stack_name
+
+        out = {}
+        for i in range(SHARD_COUNT):
+            name = registry_stack_name(self.dep, i)
+            try:
+                body = self.cfn.get_template(StackName=name)["TemplateBody"]
+            except ClientError:
+                continue
+            out[name] = _groups_in(json.loads(body) if isinstance(body, str) else body)
+        return out
+
+    def groups_removed(self) -> list[str]:
+        """Groups a deployed registry shard holds whose entry has left the catalog since."""
+        return sorted(
+            g
+            for stack, groups in self._deployed_groups().items()
+            for g in groups - _groups_in(self.templates.get(stack, {}))
+        )
+
+    def groups_outside_stacks(self) -> list[str]:
+        """Catalog entries whose group exists in the account but in no deployed registry
+        stack: kept when a protected environment dropped the entry, and now added back. The
+        shard's create would fail "already exists"; only ``cdk import`` adopts it."""
+        from botocore.exceptions import ClientError
+
+        held = set().union(*self._deployed_groups().values())
+        out = []
+        for a in self.dep.adapters:
+            if a.component_name in held:
+                continue
+            try:
+                self.sm.describe_model_package_group(ModelPackageGroupName=a.component_name)
+            except ClientError:
+                continue
+            out.append(
+                f"model package group {a.component_name} exists outside any stack (kept when "
+                f"its entry was removed): adopt it with `npx cdk import --app "
+                f"{self._outdir} {registry_stack_of(self.dep, a.name)}` before releasing"
+            )
+        return out
+
+    def _retire_removed_groups(self) -> None:
+        """Before a deploy drops removed entries' groups: in an environment without deletion
+        protection their versions are deleted first, since a group that holds versions cannot
+        be deleted and its shard would end UPDATE_ROLLBACK_COMPLETE; with deletion protection
+        the group is kept (RetainExceptOnCreate), versions and approvals included."""
+        for group in self.groups_removed():
+            if self.dep.env.deletion_protection:
+                self.log(
+                    f"  {group}: its entry left the catalog; the group and its versions stay "
+                    "(deletion protection); adding the entry back later needs `npx cdk import`"
+                )
+                continue
+            n = delete_group_versions(self.sm, group)
+            self.log(
+                f"  {group}: its entry left the catalog; deleted its {n} version(s) so its "
+                "registry stack can delete the group"
+            )
 
     # -- state checks ---------------------------------------------------------------------------
 
@@ -386,7 +501,7 @@ class Release:
         return bool(found)
 
     def base_prefix(self) -> str:
-        return f"{BASE_PREFIX}{self.dep.base_key}/{self.dep.base.revision}/"
+        return layout.base_prefix(self.dep.base_key, self.dep.base.revision)
 
     def base_manifest(self) -> dict[str, Any] | None:
         return self._get_json(self.base_prefix() + BASE_MANIFEST)
@@ -429,7 +544,7 @@ class Release:
         return "done"
 
     def merged_key(self, name: str, version: str) -> str:
-        return f"{MERGED_PREFIX}{name}/{version}/{MERGED_MANIFEST}"
+        return layout.merged_prefix(name, version) + MERGED_MANIFEST
 
     def merged_missing(self) -> list[str]:
         """``serving: merged`` entries whose merged weights are not staged for the archive the
@@ -475,7 +590,7 @@ class Release:
         return h.hexdigest()
 
     def smoke_key(self) -> str:
-        return f"release/{self.env}/smoke.json"
+        return f"{layout.RELEASE_PREFIX}{self.env}/smoke.json"
 
     # -- steps ----------------------------------------------------------------------------------
 
@@ -540,6 +655,9 @@ class Release:
         )
 
     def _do_stacks(self) -> None:
+        if problems := self.groups_outside_stacks():
+            raise ReleaseError("; ".join(problems))
+        self._retire_removed_groups()
         self._cdk_deploy(self.foundation_stacks())
 
     def _do_image(self) -> None:
@@ -558,8 +676,9 @@ class Release:
         self.tools.run(
             ["docker", "login", "--username", user, "--password-stdin", host], input=password
         )
+        base = self.tools.base_image(ci=running_in_ci())
         # Pushed only when the tag is absent (checked above); ECR's immutable tags refuse a
-        # second image under an existing tag as well.
+        # second image under an existing tag as well. The base by the digest just verified.
         self.tools.run(
             [
                 "docker",
@@ -569,6 +688,8 @@ class Release:
                 "linux/amd64",
                 "--provenance",
                 "false",
+                "--build-arg",
+                f"VLLM_IMAGE={base}",
                 "--file",
                 "runtime/Dockerfile",
                 "--tag",
@@ -581,7 +702,7 @@ class Release:
             raise ReleaseError(f"{host}/{repo}{ref} is still not in ECR after the push")
 
     def _kms_key(self) -> str:
-        return f"alias/{self.dep.env.prefix}-data"
+        return layout.data_key_alias(self.dep.env.prefix)
 
     def _do_weights(self) -> None:
         base = self.dep.base
@@ -647,15 +768,16 @@ class Release:
         missing = [
             a for a in self.dep.adapters if not self.adapter_state(a.name).startswith("done")
         ]
-        untrained = [a.name for a in missing if not (self.archives / f"{a.name}.tar.gz").exists()]
+        at_hand = {a.name: self.archive_at_hand(a.name) for a in missing}
+        untrained = [name for name, archive in at_hand.items() if archive is None]
         if untrained and not self.training_role:
             raise ReleaseError(
-                f"no archive for {', '.join(untrained)} in {self.archives}: pass "
+                f"no archive for {', '.join(untrained)} in {self.own_archives}: pass "
                 "--training-role ARN to train them as SageMaker jobs, or put NAME.tar.gz there"
             )
         for a in missing:
-            archive = self.archives / f"{a.name}.tar.gz"
-            if not archive.exists():
+            archive = at_hand[a.name]
+            if archive is None:
                 self.log(f"  {a.name}: training (SageMaker job)")
                 archive = self._trained_archive(a.name)
             self.log(f"  {a.name}: publishing {archive.name} through the publish gates")
@@ -681,6 +803,44 @@ class Release:
             self._catalog_changed()
         if self.merged_missing():
             self._stage_merged()
+
+    @property
+    def own_archives(self) -> Path:
+        """The archives of this environment's base (``ARCHIVES/BASE_KEY``)."""
+        return layout.archives_dir(self.archives, self.dep.base_key)
+
+    def archive_at_hand(self, name: str) -> Path | None:
+        """The adapter's archive for this base, or None. An archive of the same name trained on
+        another base (``make up``'s, of the local platform's small base, or one left flat in
+        ``ARCHIVES`` by an older version) is never taken: the release says it skipped it and
+        why, and trains instead."""
+        import tarfile
+
+        from training.package import PackageError, read_manifest
+
+        own = self.own_archives / f"{name}.tar.gz"
+        candidates = [own, self.archives / f"{name}.tar.gz"]
+        candidates += sorted(p for p in self.archives.glob(f"*/{name}.tar.gz") if p != own)
+        want = (self.dep.base.model_id, self.dep.base.revision)
+        for path in candidates:
+            if not path.is_file():
+                continue
+            try:
+                base = read_manifest(path).base
+                found = (base.model_id, base.revision)
+            except (PackageError, OSError, tarfile.TarError) as exc:
+                self.log(f"  {name}: skipped {path}: its manifest cannot be read ({exc})")
+                continue
+            if found != want:
+                self.log(
+                    f"  {name}: skipped {path}: trained on {found[0]}@{found[1][:12]}, not this "
+                    f"environment's base {want[0]}@{want[1][:12]}"
+                )
+                continue
+            if path != own:
+                self.log(f"  {name}: {path} is for this base; keep such archives in {own.parent}")
+            return path
+        return None
 
     def _stage_merged(self) -> None:
         """Merge each ``serving: merged`` entry's published archive into the base and upload
@@ -720,7 +880,7 @@ class Release:
                     raise ReleaseError(
                         f"{a.name}: the published archive is not the one the catalog pins"
                     )
-                prefix = f"{MERGED_PREFIX}{a.name}/{a.entry.version}/"
+                prefix = layout.merged_prefix(a.name, a.entry.version)
                 for path in sorted(p for p in out.iterdir() if p.name != MERGED_MANIFEST):
                     self.s3.upload_file(
                         str(path),
@@ -734,7 +894,7 @@ class Release:
                 self._put_json(prefix + MERGED_MANIFEST, manifest.as_json())
 
     def _trained_archive(self, name: str) -> Path:
-        uri = self.tools.train(name, self.env, self.training_role or "")
+        uri = self.tools.train(name, self.aws, self.dep, self.training_role or "")
         bucket, key = uri.removeprefix("s3://").split("/", 1)
         out = Path(tempfile.mkdtemp(prefix=f"trained-{name}-"))
         self.s3.download_file(bucket, key, str(out / "model.tar.gz"))
@@ -754,6 +914,9 @@ class Release:
         )
 
     def _do_deploy(self) -> None:
+        if problems := self.groups_outside_stacks():
+            raise ReleaseError("; ".join(problems))
+        self._retire_removed_groups()
         self._cdk_deploy(["--all"])
 
     def _do_smoke(self) -> None:
@@ -780,7 +943,11 @@ class Release:
         else run (or reported, in a dry run)."""
         self.log("preflight: account, bootstrap, quotas, operators")
         if problems := self.tools.preflight(
-            self.session, self.dep, self.environments_dir, smoke="smoke" in only
+            self.session,
+            self.dep,
+            self.environments_dir,
+            smoke="smoke" in only,
+            training=self.training_role is not None,
         ):
             raise ReleaseError("preflight: " + "; ".join(problems))
         outcome: dict[str, str] = {}
@@ -839,13 +1006,12 @@ def main(argv: list[str] | None = None) -> int:
     only = tuple(args.only.split(",")) if args.only else STEPS
     if unknown := set(only) - set(STEPS):
         ap.error(f"unknown steps: {', '.join(sorted(unknown))}")
-    import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
         release = Release(
             args.env,
-            boto3.Session(),
+            None,
             catalog=args.catalog,
             environments_dir=args.environments_dir,
             archives=args.archives,

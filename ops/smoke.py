@@ -69,10 +69,10 @@ class Result:
 
 
 def router_url(dep: Deployment) -> str:
-    import boto3
+    from config.aws import AwsEnv
 
     stack = f"{dep.env.prefix}-router"
-    cfn = boto3.client("cloudformation", region_name=dep.env.region)
+    cfn = AwsEnv(dep.env).client("cloudformation")
     outputs = cfn.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])
     for o in outputs:
         if o["OutputKey"].startswith("RouterUrl"):
@@ -200,7 +200,7 @@ def render(results: list[Result]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ops.smoke", description=__doc__)
-    ap.add_argument("--env", default="dev")
+    ap.add_argument("--env", required=True)
     ap.add_argument("--url", help="router base URL (default: the router stack's RouterUrl)")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
     ap.add_argument("--catalog", type=Path, default=CATALOG_PATH)

@@ -55,6 +55,16 @@ def synth(
     )
     if proc.returncode != 0:
         raise SynthError(f"synth of {env!r} failed:\n{proc.stderr[-4000:]}")
+    # A context lookup nobody performed leaves CDK's placeholders in the templates (zones
+    # ``dummy1a``...): the cloud assembly lists it as ``missing``, and `cdk deploy --app DIR`
+    # cannot supply it. Such an assembly is never deployed.
+    missing = json.loads((outdir / "manifest.json").read_text()).get("missing", [])
+    if missing:
+        keys = ", ".join(m.get("key", "?") for m in missing)
+        raise SynthError(
+            f"synth of {env!r} needs context nothing looked up ({keys}); choose the value in "
+            "the environment file (network.availability_zones for zones) instead of a lookup"
+        )
     return {
         p.name.removesuffix(".template.json"): json.loads(p.read_text())
         for p in sorted(outdir.glob("*.template.json"))

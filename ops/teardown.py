@@ -30,7 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from config import CATALOG_PATH, ENVIRONMENTS_DIR, Deployment, load_deployment
-from ops.release import ARCHIVES, adapter_key, artifact_bucket
+from config.aws import AccountMismatchError, AwsEnv
+from config.layout import adapter_key, archives_dir
+from ops.release import ARCHIVES
+from training.registry import delete_group_versions
 
 
 class TeardownError(RuntimeError):
@@ -68,21 +71,15 @@ def delete_versions(sm: Any, dep: Deployment, log: Callable[[str], None]) -> int
     """Every model package in the environment's groups. Returns how many were deleted."""
     deleted = 0
     for group in environment_groups(sm, dep):
-        # ListModelPackages' documented default is UNVERSIONED only (botocore's model).
-        pages = sm.get_paginator("list_model_packages").paginate(
-            ModelPackageGroupName=group, ModelPackageType="Versioned"
-        )
-        arns = [p["ModelPackageArn"] for page in pages for p in page["ModelPackageSummaryList"]]
-        for arn in arns:
-            try:
-                sm.delete_model_package(ModelPackageName=arn)
-            except sm.exceptions.ClientError as exc:
-                raise TeardownError(
-                    f"could not delete {arn}: {exc.response['Error'].get('Message', exc)}; "
-                    "nothing else was torn down after it"
-                ) from None
-        log(f"  {group}: deleted {len(arns)} version(s)")
-        deleted += len(arns)
+        try:
+            n = delete_group_versions(sm, group)
+        except sm.exceptions.ClientError as exc:
+            raise TeardownError(
+                f"could not delete the versions of {group}: "
+                f"{exc.response['Error'].get('Message', exc)}; nothing else was torn down after it"
+            ) from None
+        log(f"  {group}: deleted {n} version(s)")
+        deleted += n
     return deleted
 
 
@@ -111,7 +108,7 @@ def save_archives(
 
 
 def teardown(
-    session: Any,
+    aws: AwsEnv,
     dep: Deployment,
     run: Callable[[list[str]], None],
     *,
@@ -126,15 +123,22 @@ def teardown(
             f"environment {env.name!r} has deletion_protection: its data is kept by design; "
             "see the teardown table in docs/operate.md for destroying it by hand"
         )
-    found = session.client("sts").get_caller_identity()["Account"]
-    if env.account is not None and env.account != found:
-        raise TeardownError(f"the credentials are account {found}, {env.name!r} is {env.account}")
-    log(f"[1/3] the catalog's adapter archives, kept in {archives}")
-    save_archives(
-        session.client("s3"), dep, artifact_bucket(dep, found, session.region_name), archives, log
-    )
-    log(f"[2/3] model package versions of {env.prefix}'s adapters")
-    delete_versions(session.client("sagemaker"), dep, log)
+    if env.account is None:
+        # Without one, CDK's stacks are account-agnostic and `cdk destroy` would act in the
+        # shell's region; make release refuses such an environment too (ops.preflight).
+        raise TeardownError(
+            f"environment {env.name!r} names no account: set account in its file, as the "
+            "release requires"
+        )
+    try:
+        bucket = aws.bucket  # the account from STS, checked against the environment's
+    except AccountMismatchError as exc:
+        raise TeardownError(str(exc)) from None
+    kept = archives_dir(archives, dep.base_key)
+    log(f"[1/3] the catalog's adapter archives, kept in {kept}")
+    save_archives(aws.client("s3"), dep, bucket, kept, log)
+    log(f"[2/3] model package versions of {env.prefix}'s adapters in {aws.region}")
+    delete_versions(aws.client("sagemaker"), dep, log)
     log(f"[3/3] stacks {env.prefix}-* (lora-fleet-account stays)")
     run(destroy_command(dep))
     log(f"{env.name} torn down; make release ENV={env.name} creates it again")
@@ -147,13 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--catalog", default=CATALOG_PATH)
     ap.add_argument("--environments-dir", default=ENVIRONMENTS_DIR)
     args = ap.parse_args(argv)
-    import boto3
-
     from ops.release import ReleaseError, Tools
 
     try:
         dep = load_deployment(args.env, args.catalog, args.environments_dir)
-        teardown(boto3.Session(), dep, Tools().run, archives=args.archives)
+        # The environment's region, whatever the shell's default is (config.aws).
+        teardown(AwsEnv(dep.env), dep, Tools().run, archives=args.archives)
     except (TeardownError, ReleaseError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 from config import Deployment, load_deployment
+from config.aws import AwsEnv
 from contracts.usage import Row, render, to_csv
 
 QUERY = """fields @timestamp
@@ -109,9 +110,9 @@ def instance_hours(sagemaker: Any, endpoint: str, window: timedelta) -> float:
     return count * window.total_seconds() / 3600
 
 
-def report(session: Any, dep: Deployment, window: timedelta, *, now: float) -> list[Row]:
-    rows = rows_of(query(session.client("logs"), log_group(dep), window, now=now))
-    hours = instance_hours(session.client("sagemaker"), dep.endpoint_name, window)
+def report(aws: AwsEnv, dep: Deployment, window: timedelta, *, now: float) -> list[Row]:
+    rows = rows_of(query(aws.client("logs"), log_group(dep), window, now=now))
+    hours = instance_hours(aws.client("sagemaker"), dep.endpoint_name, window)
     with_cost(rows, hours, dep.env.cost.instance_hour_usd)
     return rows
 
@@ -122,13 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--since", default="7d", help="the window: 7d, 12h, 30m (default 7d)")
     ap.add_argument("--csv", help="also write the rows to this CSV file")
     args = ap.parse_args(argv)
-    import boto3
-
     try:
         dep = load_deployment(args.env)
         window = since(args.since)
         print(f"usage of {dep.env.prefix} over the last {args.since}, by tenant and adapter")
-        rows = report(boto3.Session(region_name=dep.env.region), dep, window, now=time.time())
+        rows = report(AwsEnv(dep.env), dep, window, now=time.time())
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -24,11 +24,15 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from config import CATALOG_PATH, load_deployment
+from config import CATALOG_PATH, Deployment, layout, load_deployment
+from config.aws import AwsEnv
 from config.dataset_files import DatasetFileError
 from training.datasets.common import SplitError
 
 ROOT = Path(__file__).resolve().parents[1]
+#: AWS's documentation account: a dry run's stand-in when the environment names none. It only
+#: ever appears in answers the dry run makes up itself (``_dry_run_session``).
+DRY_RUN_ACCOUNT = "123456789012"
 HF_TRANSFORMERS = "4.56.2"
 HF_PYTORCH = "pytorch2.8.0"
 #: What the job installs on top of the image (the image's transformers is older than ours).
@@ -67,7 +71,9 @@ def stage_source(dest: Path, files: tuple[Path, ...] = ()) -> Path:
     return dest
 
 
-def dataset_inputs(adapter: str, env: str, *, dry_run: bool) -> tuple[tuple[Path, ...], str | None]:
+def dataset_inputs(
+    adapter: str, env: str, *, dry_run: bool, dep: Deployment | None = None
+) -> tuple[tuple[Path, ...], str | None]:
     """(repository files the job needs, the s3:// dataset for its ``dataset`` channel). The
     file is read, checked and split here (an S3 one with the caller's credentials) before any
     job exists: a bad file never reaches a training job (a dry run makes no AWS call and
@@ -76,7 +82,7 @@ def dataset_inputs(adapter: str, env: str, *, dry_run: bool) -> tuple[tuple[Path
     from config.loader import dataset_rows
     from training.datasets.user import split_rows
 
-    dep = load_deployment(env)
+    dep = dep or load_deployment(env)
     entry = dep.adapter(adapter).entry
     source = entry.dataset_file
     if source is None:
@@ -162,6 +168,7 @@ def build_trainer(
     bucket: str,
     source: Path,
     dataset: str | None = None,
+    dep: Deployment | None = None,
 ):
     from sagemaker.core import image_uris
     from sagemaker.core.helper.session_helper import Session
@@ -171,9 +178,9 @@ def build_trainer(
 
     from training.publish import GATE_METRICS
 
-    dep = load_deployment(env)
+    dep = dep or load_deployment(env)
     entry = dep.adapter(adapter).entry
-    instance = "ml.g5.2xlarge"
+    instance = dep.env.training.instance_type
     image = image_uris.retrieve(
         framework="huggingface",
         region=dep.env.region,
@@ -214,31 +221,46 @@ def launch(
     role: str,
     *,
     dry_run: bool,
-    account: str = "123456789012",
     bucket: str | None = None,
     wait: bool = True,
     inputs: tuple[tuple[Path, ...], str | None] | None = None,
+    session: Any = None,
+    dep: Deployment | None = None,
 ) -> dict[str, Any] | str | None:
     """Start the adapter's training job. A dry run returns the CreateTrainingJob request; a
     waited-for job returns the S3 URI of its output (``model.tar.gz`` holding ``NAME.tar.gz``).
-    ``inputs``: what ``dataset_inputs`` returned for it, when the caller already checked it."""
-    dep = load_deployment(env)
-    bucket = (
-        bucket
-        or dep.env.artifact_bucket
-        or f"{dep.env.prefix}-artifacts-{account}-{dep.env.region}"
-    )
-    files, dataset = inputs or dataset_inputs(adapter, env, dry_run=dry_run)
+    ``inputs``: what ``dataset_inputs`` returned for it, when the caller already checked it;
+    ``session``: the boto3 session of a real launch (default: one in the environment's
+    region); ``bucket``: default the environment's, in the account STS names; ``dep``: the
+    environment as the caller loaded it (default: the repository's catalog and files)."""
+    dep = dep or load_deployment(env)
+    # The dataset first: a bad file is refused before any AWS call.
+    files, dataset = inputs or dataset_inputs(adapter, env, dry_run=dry_run, dep=dep)
+    if dry_run:
+        # Nothing is sent: the environment's own account when it names one, else AWS's
+        # documentation account, which only this dry run's answers ever carry.
+        account = dep.env.account or DRY_RUN_ACCOUNT
+        bucket = bucket or layout.artifact_bucket(
+            dep.env.prefix, account, dep.env.region, dep.env.artifact_bucket
+        )
+        session = _dry_run_session(dep.env.region, account, bucket)
+    else:
+        # The account from STS, checked against the environment's (config.aws), and the
+        # environment's region: every S3 URI of the job names the environment's own bucket.
+        aws = AwsEnv(dep.env, session)
+        bucket = bucket or aws.bucket
+        session = aws.session
     with tempfile.TemporaryDirectory(prefix="job-src-") as tmp:
         source = stage_source(Path(tmp), files)
-        if dry_run:
-            session = _dry_run_session(dep.env.region, account, bucket)
-        else:
-            import boto3
-
-            session = boto3.Session(region_name=dep.env.region)
         trainer = build_trainer(
-            adapter, env, role, session=session, bucket=bucket, source=source, dataset=dataset
+            adapter,
+            env,
+            role,
+            session=session,
+            bucket=bucket,
+            source=source,
+            dataset=dataset,
+            dep=dep,
         )
         try:
             trainer.train(wait=wait and not dry_run, logs=wait and not dry_run)

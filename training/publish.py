@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from config import Deployment, load_deployment
+from config import Deployment, layout, load_deployment
+from config.aws import AccountMismatchError, AwsEnv
 from config.loader import CATALOG_PATH, ENVIRONMENTS_DIR
 from config.schema import NoCanaryError
 from config.writer import set_artifact, update_adapter
@@ -287,11 +288,9 @@ def check(
 
 
 def _default_bucket(dep: Any) -> str:
-    """The environment's artifact bucket as its stateful stack names it."""
-    import boto3
-
-    account = boto3.client("sts").get_caller_identity()["Account"]
-    return f"{dep.env.prefix}-artifacts-{account}-{dep.env.region}"
+    """The environment's artifact bucket as its stateful stack names it, for the account STS
+    says the credentials are (checked against the environment's)."""
+    return AwsEnv(dep.env).bucket
 
 
 def _upload_once(
@@ -370,7 +369,7 @@ def publish(
 
         s3 = boto3.client("s3", region_name=dep.env.region)
     bucket = bucket or dep.env.artifact_bucket or _default_bucket(dep)
-    key = f"adapters/{adapter}/{manifest.version}/adapter.tar.gz"
+    key = layout.adapter_key(adapter, manifest.version)
     _upload_once(s3, archive, bucket, key, digest, kms_key, f"{adapter} {manifest.version}")
     uri = f"s3://{bucket}/{key}"
     files = manifest.files
@@ -394,6 +393,7 @@ def publish(
                 digest=digest,
                 weights=weights,
                 kms_key=kms_key,
+                shadow=canary and entry.canary is not None and entry.canary.shadow is not None,
             )
         except RegistryError as exc:
             raise PublishError(str(exc)) from None
@@ -448,7 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m training.publish", description=__doc__)
     ap.add_argument("--adapter", required=True)
     ap.add_argument("--env", required=True)
-    ap.add_argument("--archive", type=Path, help="default: .artifacts/adapters/NAME.tar.gz")
+    ap.add_argument(
+        "--archive", type=Path, help="default: .artifacts/adapters/BASE_KEY/NAME.tar.gz"
+    )
     ap.add_argument("--bucket")
     ap.add_argument(
         "--base-dir",
@@ -463,29 +465,42 @@ def main(argv: list[str] | None = None) -> int:
         help="the archive is the entry's canary version; recorded under canary:",
     )
     args = ap.parse_args(argv)
-    archive = args.archive or Path(".artifacts/adapters") / f"{args.adapter}.tar.gz"
+    base_key = load_deployment(args.env).base_key
+    archive = args.archive or layout.archives_dir(ROOT / ".artifacts" / "adapters", base_key) / (
+        f"{args.adapter}.tar.gz"
+    )
     try:
         if args.check_only:
             check(archive, args.adapter, args.env, base_dir=args.base_dir, canary=args.canary)
             print(f"{args.adapter}: publishable to {args.env}")
         else:
-            registry = None
             env = load_deployment(args.env).env
+            extra: dict[str, Any] = {}
             if env.deployable:
-                import boto3
-
-                registry = boto3.client("sagemaker", region_name=env.region)
+                # As the release publishes: in the environment's region and account, with its
+                # own KMS key, and no URI recorded, since the catalog is shared by every
+                # environment and each derives the URI from its own bucket.
+                aws = AwsEnv(env)
+                extra = {
+                    "registry": aws.client("sagemaker"),
+                    "s3": aws.client("s3"),
+                    "bucket": args.bucket or aws.bucket,
+                    "kms_key": layout.data_key_alias(env.prefix),
+                    "record_uri": False,
+                }
             print(
                 publish(
                     archive,
                     args.adapter,
                     args.env,
-                    bucket=args.bucket,
                     base_dir=args.base_dir,
                     canary=args.canary,
-                    registry=registry,
+                    **({"bucket": args.bucket} | extra),
                 )
             )
+    except AccountMismatchError as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return 1
     except PublishError as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 1

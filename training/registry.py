@@ -26,7 +26,7 @@ from typing import Any
 
 from config import Deployment, ResolvedAdapter
 from contracts.manifests import AdapterManifest
-from contracts.registry import APPROVED, PENDING, Package, find
+from contracts.registry import APPROVED, PENDING, SHADOW_PENDING, SHADOW_STAGE, Package, find
 
 #: CreateModelPackage's CustomerMetadataProperties: values of at most 256 characters of this
 #: class (botocore's sagemaker model, shape CustomerMetadataValue).
@@ -91,18 +91,21 @@ def register(
     digest: str,
     weights: str | None,
     kms_key: str | None = None,
+    shadow: bool = False,
 ) -> Package:
     """The version's package, registered pending approval (or the one already registered for
-    it, when it holds the same archive)."""
+    it, when it holds the same archive). The archive's sha256 goes into ``ModelMetrics``, which
+    only CreateModelPackage sets, and is what the approval check trusts. ``shadow``: a shadow
+    canary's version, registered in the lifecycle stage the router may record decisions in."""
     a = dep.adapter(adapter)
     group, version = group_name(a), str(manifest.version)
     meta = evidence(dep, manifest, uri, digest, weights)
     existing = find(sm, group, version)
     if existing is not None:
-        if existing.metadata.get("archive_sha256") != digest:
+        if existing.archive_digest != digest:
             raise RegistryError(
                 f"{group} already has a package for version {version} with archive sha256 "
-                f"{existing.metadata.get('archive_sha256', '?')[:12]}..., not {digest[:12]}...; "
+                f"{(existing.archive_digest or '?')[:12]}..., not {digest[:12]}...; "
                 "bump the entry's version for new weights"
             )
         return existing
@@ -122,16 +125,32 @@ def register(
         "S3Uri": f"s3://{bucket}/{key}",
         "ContentDigest": "sha256:" + hashlib.sha256(report).hexdigest(),
     }
+    # The archive itself, by its digest: ModelMetrics is set at creation only (botocore's
+    # UpdateModelPackage input has no field for it), so neither the router's registry
+    # permission nor anyone holding UpdateModelPackage can change what was approved.
+    archive = {"ContentType": "application/gzip", "S3Uri": uri, "ContentDigest": f"sha256:{digest}"}
+    lifecycle = (
+        {
+            "ModelLifeCycle": {
+                "Stage": SHADOW_STAGE,
+                "StageStatus": SHADOW_PENDING,
+                "StageDescription": "a shadow canary: mirrored and judged, not yet serving",
+            }
+        }
+        if shadow
+        else {}
+    )
     arn = sm.create_model_package(
         ModelPackageGroupName=group,
         ModelPackageDescription=f"{adapter} {version} on {dep.base.model_id}@{dep.base.revision}",
         ModelApprovalStatus=PENDING,
-        ModelMetrics={"ModelQuality": {"Statistics": statistics}},
+        ModelMetrics={"ModelQuality": {"Statistics": statistics, "Constraints": archive}},
         CustomerMetadataProperties=meta,
         Domain="NATURAL_LANGUAGE_PROCESSING",
         Task="OTHER",
+        **lifecycle,
     )["ModelPackageArn"]
-    return Package(arn, PENDING, meta)
+    return Package(arn, PENDING, meta, archive_digest=digest)
 
 
 def approve(
@@ -188,10 +207,30 @@ def approval_problems(sm: Any, dep: Deployment, env: str) -> list[str]:
                     f"{a.name} {version}: not registered in {group_name(a)} "
                     "(publishing its archive again registers it)"
                 )
-            elif pinned and pkg.metadata.get("archive_sha256") != pinned:
+            elif pinned and pkg.archive_digest is None:
+                problems.append(
+                    f"{a.name} {version}: its package records no archive digest in its model "
+                    "metrics (registered by an older publish); publish the archive as a new version"
+                )
+            elif pinned and pkg.archive_digest != pinned:
                 problems.append(
                     f"{a.name} {version}: the registered archive is not the one the catalog pins"
                 )
             elif not pkg.approved:
                 problems.append(f"{a.name} {version}: {pkg.status} ({approve_cmd})")
     return problems
+
+
+def delete_group_versions(sm: Any, group: str) -> int:
+    """Delete every version in ``group``; how many. A group that still holds versions cannot
+    be deleted (SageMaker's API reference lists ConflictException for DeleteModelPackageGroup
+    without saying when; this project assumes that is the case, in one place), so whatever
+    deletes a group (a teardown, a registry stack dropping a removed entry) calls this first.
+    ``ModelPackageType="Versioned"``: ListModelPackages' documented default is UNVERSIONED."""
+    pages = sm.get_paginator("list_model_packages").paginate(
+        ModelPackageGroupName=group, ModelPackageType="Versioned"
+    )
+    arns = [p["ModelPackageArn"] for page in pages for p in page["ModelPackageSummaryList"]]
+    for arn in arns:
+        sm.delete_model_package(ModelPackageName=arn)
+    return len(arns)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from config import Deployment
+from config.layout import archives_dir
 from contracts.manifests import AdapterManifest, BaseManifest, ManifestError
 
 
@@ -58,7 +59,7 @@ def trained_here(dep: Deployment, artifacts: Path, names: list[str]) -> dict[str
     base = BaseManifest.load(artifacts / "base" / dep.base_key)
     if base is None:
         return {}
-    out = artifacts / "adapters"
+    out = archives_dir(artifacts / "adapters", dep.base_key)
     found = {}
     for name in names:
         if cached_adapter(dep, name, out, base, None) is None:

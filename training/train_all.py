@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from config import Deployment, load_deployment
+from config.layout import archives_dir
 from contracts.manifests import AdapterManifest, BaseManifest
 from training.base import build_local
 from training.metrics import headline
@@ -49,7 +50,9 @@ def _row(name: str, profile, res, reused: bool) -> tuple[str, bool]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--env", default="local")
-    ap.add_argument("--out", type=Path, default=ROOT / ".artifacts" / "adapters")
+    ap.add_argument(
+        "--out", type=Path, help="default: .artifacts/adapters/BASE_KEY (config.layout)"
+    )
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
     ap.add_argument("--adapter", action="append", help="only these (default: every adapter)")
     ap.add_argument(
@@ -62,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     dep = load_deployment(args.env)
+    args.out = args.out or archives_dir(ROOT / ".artifacts" / "adapters", dep.base_key)
     base_dir = ROOT / ".artifacts" / "base" / dep.base_key
     cached = BaseManifest.load(base_dir) is not None
     base = build_local(dep.base.model_id, base_dir)

@@ -88,8 +88,11 @@ def test_an_adapter_trained_on_a_teams_own_file_answers_through_the_router(platf
 
     from config.loader import SCHEMAS_DIR
 
+    base_key = _deployment(platform).base_key
     manifest = json.loads(
-        (platform.artifacts / "adapters" / "support-triage" / "manifest.json").read_text()
+        (
+            platform.artifacts / "adapters" / base_key / "support-triage" / "manifest.json"
+        ).read_text()
     )
     assert manifest["task"] == "support_triage"
     assert manifest["dataset"]["source"] == "file"
@@ -350,7 +353,7 @@ def test_a_refused_artifact_leaves_the_good_adapter_serving(platform, tmp_path) 
     dep = _deployment(platform)
     victim = dep.adapters[0]
     good = {
-        a.component_name: str(platform.artifacts / "adapters" / f"{a.name}.tar.gz")
+        a.component_name: str(platform.artifacts / "adapters" / dep.base_key / f"{a.name}.tar.gz")
         for a in dep.adapters
     }
     bad = tmp_path / "bad.tar.gz"

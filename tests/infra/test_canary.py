@@ -132,11 +132,14 @@ def test_a_shadow_canary_may_record_its_decision_but_never_approve(
             "sagemaker:ModelApprovalStatus": "true",
             "sagemaker:CustomerMetadataPropertiesToRemove": "true",
         },
+        # The package's current stage must be the shadow canary's: StringEquals, since an
+        # IfExists would admit a stable version, which has no stage, and let the router rewrite
+        # its record (deploy review r4, N8).
         "StringEquals": {
             "sagemaker:ModelLifeCycle:Stage": "shadow-canary",
             "sagemaker:ModelLifeCycle:StageStatus": ["held", "promoted", "rolled-back"],
+            "sagemaker:CurrentModelLifeCycleStage": "shadow-canary",
         },
-        "StringEqualsIfExists": {"sagemaker:CurrentModelLifeCycleStage": "shadow-canary"},
     }
     assert [resolve(r) for r in _list(found["ReadShadowCanaryPackages"]["Resource"])] == [group]
     listed = found["FindTheCanaryVersionsPackage"]

@@ -117,7 +117,7 @@ def test_the_plan_holds_back_a_cached_adapter_that_failed_its_gate(opts, monkeyp
     from config import load_deployment
 
     dep = load_deployment("local-quick")
-    out = opts.artifacts / "adapters"
+    out = opts.artifacts / "adapters" / dep.base_key
     for a in dep.adapters[:2]:
         (out / a.name).mkdir(parents=True)
         (out / f"{a.name}.tar.gz").write_bytes(b"x")
@@ -173,7 +173,7 @@ def test_entries_added_while_the_trainer_runs_are_trained_when_its_queue_ends(
     base = opts.artifacts / "base" / dep.base_key
     base.mkdir(parents=True)
     BASE.dump(base)
-    out = opts.artifacts / "adapters"
+    out = opts.artifacts / "adapters" / dep.base_key
     trained: list[str] = []
     first, failing, *rest = [a.name for a in dep.adapters]
 

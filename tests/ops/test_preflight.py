@@ -1,6 +1,9 @@
 """``make preflight ENV=dev`` against clients stubbed with botocore's Stubber (every response in
-the shape of AWS's API model): it refuses with the quota's name, the value found and the value
-needed when the account's endpoint quota is 0, and passes when it suffices."""
+the shape of AWS's API model), for an environment as a user configures it: its own account and a
+region other than us-east-1. It refuses with the quota's name, the value found and the value
+needed when the account's endpoint quota is 0, passes when it suffices, reads a quota that has
+no applied value from AWS's defaults, and checks Lambda's unreserved concurrency and the
+training quota a new account fails on."""
 
 from __future__ import annotations
 
@@ -14,7 +17,8 @@ from botocore.stub import Stubber
 from config import ENVIRONMENTS_DIR, load_deployment
 from ops import preflight
 
-ACCOUNT = "123456789012"
+ACCOUNT = "111122223333"
+REGION = "eu-west-1"
 SSO_ROLE = f"arn:aws:iam::{ACCOUNT}:role/aws-reserved/sso.amazonaws.com/AWSReservedSSO_Admin_1a2b"
 SSO_SESSION = f"arn:aws:sts::{ACCOUNT}:assumed-role/AWSReservedSSO_Admin_1a2b/alice@example.com"
 
@@ -25,13 +29,17 @@ class StubbedSession:
     def __init__(self) -> None:
         self.clients: dict[str, tuple[object, Stubber]] = {}
 
-    def client(self, name: str, region_name: str | None = None):
+    def client(self, name: str, region_name: str | None = None, config=None):
+        # A client in the shell's region is a defect (config.aws builds every one in the
+        # environment's): refused here, as a fake must be at least as strict as the real path.
+        assert region_name == REGION, f"{name} client in region {region_name!r}, not {REGION}"
         if name not in self.clients:
             client = boto3.client(
                 name,
-                region_name=region_name or "us-east-1",
+                region_name=region_name,
                 aws_access_key_id="x",
                 aws_secret_access_key="x",
+                config=config,
             )
             stub = Stubber(client)
             stub.activate()
@@ -39,17 +47,17 @@ class StubbedSession:
         return self.clients[name][0]
 
     def stub(self, name: str) -> Stubber:
-        self.client(name)
+        self.client(name, region_name=REGION)
         return self.clients[name][1]
 
 
 @pytest.fixture
 def environments(tmp_path: Path) -> Path:
-    """dev with its account and the releasing SSO role as an operator."""
+    """dev with its account, in eu-west-1, and the releasing SSO role as an operator."""
     envs = tmp_path / "environments"
     shutil.copytree(ENVIRONMENTS_DIR, envs)
     text = (envs / "dev.yaml").read_text()
-    text = text.replace("region: us-east-1\n", f'region: us-east-1\naccount: "{ACCOUNT}"\n', 1)
+    text = text.replace("region: us-east-1\n", f'region: {REGION}\naccount: "{ACCOUNT}"\n', 1)
     text = text.replace("router:\n", f"router:\n  operators: [{SSO_ROLE}]\n", 1)
     (envs / "dev.yaml").write_text(text)
     return envs
@@ -60,6 +68,7 @@ def _ready(
     quota: float,
     arn: str = SSO_SESSION,
     quota_codes: tuple[str, ...] = ("L-1928E07B",),
+    unreserved: int = 950,
 ) -> None:
     """A ready account's answers; ``quota_codes``: the quotas read, in the order asked."""
     session.stub("sts").add_response(
@@ -67,8 +76,8 @@ def _ready(
     )
     session.stub("ssm").add_response(
         "get_parameter",
-        {"Parameter": {"Name": preflight.BOOTSTRAP_PARAMETER, "Value": "30", "Type": "String"}},
-        {"Name": preflight.BOOTSTRAP_PARAMETER},
+        {"Parameter": {"Name": BOOTSTRAP, "Value": "30", "Type": "String"}},
+        {"Name": BOOTSTRAP},
     )
     session.stub("cloudformation").add_response(
         "describe_stacks",
@@ -100,6 +109,30 @@ def _ready(
             {"Quota": {"QuotaCode": code, "Value": quota}},
             {"ServiceCode": "sagemaker", "QuotaCode": code},
         )
+    _lambda(session, unreserved)
+
+
+BOOTSTRAP = "/cdk-bootstrap/hnb659fds/version"
+
+
+def _lambda(session: StubbedSession, unreserved: int, total: int = 1000) -> None:
+    """GetAccountSettings, and no router function yet (a first release)."""
+    lam = session.stub("lambda")
+    lam.add_response(
+        "get_account_settings",
+        {
+            "AccountLimit": {
+                "ConcurrentExecutions": total,
+                "UnreservedConcurrentExecutions": unreserved,
+            }
+        },
+        {},
+    )
+    lam.add_client_error(
+        "get_function_concurrency",
+        "ResourceNotFoundException",
+        expected_params={"FunctionName": "lora-dev-router"},
+    )
 
 
 def test_a_quota_of_zero_is_refused_by_name_with_found_and_needed(environments) -> None:
@@ -142,9 +175,115 @@ def test_an_account_that_is_not_bootstrapped_is_refused(environments) -> None:
     session.stub("ssm").add_client_error("get_parameter", "ParameterNotFound")
     dep = load_deployment("dev", environments_dir=environments)
     finding = preflight.check_bootstrap(
-        dep, session.client("ssm"), session.client("cloudformation")
+        dep, session.client("ssm", REGION), session.client("cloudformation", REGION)
     )
-    assert not finding.ok and f"npx cdk bootstrap aws://{ACCOUNT}/us-east-1" in finding.message
+    assert not finding.ok and f"npx cdk bootstrap aws://{ACCOUNT}/{REGION}" in finding.message
+
+
+def test_a_bootstrap_parameter_the_credentials_may_not_read_is_not_called_missing(
+    environments,
+) -> None:
+    session = StubbedSession()
+    session.stub("ssm").add_client_error("get_parameter", "AccessDeniedException")
+    dep = load_deployment("dev", environments_dir=environments)
+    finding = preflight.check_bootstrap(
+        dep, session.client("ssm", REGION), session.client("cloudformation", REGION)
+    )
+    assert not finding.ok
+    assert "AccessDeniedException" in finding.message and "ssm:GetParameter" in finding.message
+    assert "not bootstrapped" not in finding.message
+
+
+def test_a_quota_with_no_applied_value_is_read_from_aws_defaults(environments) -> None:
+    """ListServiceQuotas leaves out quotas whose applied value is not available (Service
+    Quotas API reference); the preflight reads the default instead of refusing the release."""
+    session = StubbedSession()
+    quotas = session.stub("service-quotas")
+    quotas.add_response("list_service_quotas", {"Quotas": []}, {"ServiceCode": "sagemaker"})
+    quotas.add_response(
+        "list_aws_default_service_quotas",
+        {"Quotas": [{"QuotaName": "ml.g5.xlarge for endpoint usage", "QuotaCode": "L-1928E07B"}]},
+        {"ServiceCode": "sagemaker"},
+    )
+    quotas.add_response(
+        "get_aws_default_service_quota",
+        {"Quota": {"QuotaCode": "L-1928E07B", "Value": 4.0}},
+        {"ServiceCode": "sagemaker", "QuotaCode": "L-1928E07B"},
+    )
+    dep = load_deployment("dev", environments_dir=environments)
+    (finding,) = preflight.check_quotas(dep, session.client("service-quotas", REGION), environments)
+    assert finding.ok, finding.line()
+    assert "is 4 (AWS default; none applied), 3 needed" in finding.message
+    quotas.assert_no_pending_responses()
+
+
+def test_a_listed_quota_get_service_quota_has_no_value_for_falls_back_to_the_default(
+    environments,
+) -> None:
+    session = StubbedSession()
+    quotas = session.stub("service-quotas")
+    quotas.add_response(
+        "list_service_quotas",
+        {"Quotas": [{"QuotaName": "ml.g5.xlarge for endpoint usage", "QuotaCode": "L-1928E07B"}]},
+        {"ServiceCode": "sagemaker"},
+    )
+    quotas.add_client_error("get_service_quota", "NoSuchResourceException")
+    quotas.add_response(
+        "get_aws_default_service_quota",
+        {"Quota": {"QuotaCode": "L-1928E07B", "Value": 0.0}},
+        {"ServiceCode": "sagemaker", "QuotaCode": "L-1928E07B"},
+    )
+    dep = load_deployment("dev", environments_dir=environments)
+    (finding,) = preflight.check_quotas(dep, session.client("service-quotas", REGION), environments)
+    assert not finding.ok and "is 0 (AWS default; none applied), 3 needed" in finding.message
+
+
+def test_a_new_accounts_lambda_concurrency_is_refused_naming_the_setting(environments) -> None:
+    session = StubbedSession()
+    _lambda(session, unreserved=10, total=10)
+    dep = load_deployment("dev", environments_dir=environments)
+    finding = preflight.check_lambda_concurrency(dep, session.client("lambda", REGION))
+    assert not finding.ok
+    assert "router.reserved_concurrency 50 leaves -40 of the account's 10" in finding.message
+
+
+def test_the_routers_own_reservation_is_counted_back_on_a_later_release(environments) -> None:
+    session = StubbedSession()
+    lam = session.stub("lambda")
+    lam.add_response(
+        "get_account_settings",
+        {"AccountLimit": {"ConcurrentExecutions": 200, "UnreservedConcurrentExecutions": 150}},
+        {},
+    )
+    lam.add_response(
+        "get_function_concurrency",
+        {"ReservedConcurrentExecutions": 50},
+        {"FunctionName": "lora-dev-router"},
+    )
+    dep = load_deployment("dev", environments_dir=environments)
+    assert preflight.check_lambda_concurrency(dep, session.client("lambda", REGION)).ok
+
+
+def test_a_release_that_trains_checks_the_training_quota(environments) -> None:
+    session = StubbedSession()
+    _ready(session, 3.0)
+    quotas = session.stub("service-quotas")
+    quotas.add_response(
+        "list_service_quotas",
+        {"Quotas": [{"QuotaName": "ml.g5.2xlarge for training job usage", "QuotaCode": "L-T"}]},
+        {"ServiceCode": "sagemaker"},
+    )
+    quotas.add_response(
+        "get_service_quota",
+        {"Quota": {"QuotaCode": "L-T", "Value": 0.0}},
+        {"ServiceCode": "sagemaker", "QuotaCode": "L-T"},
+    )
+    dep = load_deployment("dev", environments_dir=environments)
+    findings = preflight.run(session, dep, environments, training=True)
+    refused = [f for f in findings if not f.ok]
+    assert [f.message.split(" (")[0] for f in refused] == [
+        "'ml.g5.2xlarge for training job usage'"
+    ], [f.line() for f in findings]
 
 
 def test_make_check_prints_the_quotas_the_environments_need() -> None:

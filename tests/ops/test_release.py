@@ -45,6 +45,15 @@ class FakeTools(Tools):
     def release(self) -> Release:
         return self.ref["release"]
 
+    @property
+    def account(self) -> str:
+        """The emulated account is the release's (its STS answer), never a constant."""
+        return self.release.account
+
+    @property
+    def region(self) -> str:
+        return self.release.region
+
     def run(self, argv: list[str], *, input: str | None = None) -> None:
         self.calls.append(("run", tuple(argv)))
         if argv[:4] == ["npx", "--no-install", "cdk", "deploy"]:
@@ -62,6 +71,8 @@ class FakeTools(Tools):
         elif argv[:3] == ["docker", "buildx", "build"]:
             assert argv[argv.index("--platform") + 1] == "linux/amd64"
             assert "--push" in argv
+            base = argv[argv.index("--build-arg") + 1]
+            assert base.startswith("VLLM_IMAGE=vllm/vllm-openai:v0.32.0@sha256:"), base
             uri = argv[argv.index("--tag") + 1]
             repo, tag = uri.split("/", 1)[1].rsplit(":", 1)
             manifest = json.dumps(
@@ -71,7 +82,7 @@ class FakeTools(Tools):
                     "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
                 }
             )
-            boto3.client("ecr", region_name=REGION).put_image(
+            boto3.client("ecr", region_name=self.region).put_image(
                 repositoryName=repo, imageManifest=manifest, imageTag=tag
             )
         else:
@@ -88,11 +99,11 @@ class FakeTools(Tools):
         shell's ``cdk deploy``, the pipeline)."""
         from moto.cloudformation.models import cloudformation_backends
 
-        cfn = boto3.client("cloudformation", region_name=REGION)
+        cfn = boto3.client("cloudformation", region_name=self.region)
         placeholder = json.dumps(
             {"Resources": {"H": {"Type": "AWS::CloudFormation::WaitConditionHandle"}}}
         )
-        backend = cloudformation_backends[ACCOUNT][REGION]
+        backend = cloudformation_backends[self.account][self.region]
         held = self._held(name)
         try:
             cfn.describe_stacks(StackName=name)
@@ -104,12 +115,11 @@ class FakeTools(Tools):
         stack.template = json.dumps(template)
         self._groups(template, held)
 
-    @staticmethod
-    def _held(name: str) -> set[str]:
+    def _held(self, name: str) -> set[str]:
         """The model package groups the deployed stack ``name`` already holds."""
         from moto.cloudformation.models import cloudformation_backends
 
-        backend = cloudformation_backends[ACCOUNT][REGION]
+        backend = cloudformation_backends[self.account][self.region]
         stacks = [
             s for s in backend.stacks.values() if s.name == name and s.status != "DELETE_COMPLETE"
         ]
@@ -121,13 +131,12 @@ class FakeTools(Tools):
             if r["Type"] == "AWS::SageMaker::ModelPackageGroup"
         }
 
-    @staticmethod
-    def _groups(template: dict, held: set[str]) -> None:
+    def _groups(self, template: dict, held: set[str]) -> None:
         """The model package groups a deployed template declares, and only those: a group no
         stack created does not exist (CreateModelPackage refuses it, as SageMaker would), and a
         stack cannot create a group of a name that exists outside it (CloudFormation's create
         fails "already exists", as for every resource with a fixed name)."""
-        sm = boto3.client("sagemaker", region_name=REGION)
+        sm = boto3.client("sagemaker", region_name=self.region)
         for r in template.get("Resources", {}).values():
             if r["Type"] != "AWS::SageMaker::ModelPackageGroup":
                 continue
@@ -147,13 +156,13 @@ class FakeTools(Tools):
         ``EmptyOnDelete`` a repository)."""
         from moto.cloudformation.models import cloudformation_backends
 
-        backend = cloudformation_backends[ACCOUNT][REGION]
-        cfn = boto3.client("cloudformation", region_name=REGION)
-        s3 = boto3.resource("s3", region_name=REGION)
-        sm = boto3.client("sagemaker", region_name=REGION)
-        kms = boto3.client("kms", region_name=REGION)
-        ecr = boto3.client("ecr", region_name=REGION)
-        pseudo = {**PSEUDO, "AWS::AccountId": ACCOUNT, "AWS::Region": REGION}
+        backend = cloudformation_backends[self.account][self.region]
+        cfn = boto3.client("cloudformation", region_name=self.region)
+        s3 = boto3.resource("s3", region_name=self.region)
+        sm = boto3.client("sagemaker", region_name=self.region)
+        kms = boto3.client("kms", region_name=self.region)
+        ecr = boto3.client("ecr", region_name=self.region)
+        pseudo = {**PSEUDO, "AWS::AccountId": self.account, "AWS::Region": self.region}
 
         def named(value):
             return None if value is None else resolve(value, pseudo)
@@ -191,30 +200,36 @@ class FakeTools(Tools):
         """The stateful stack's named resources; one that a teardown kept fails the create, as
         CloudFormation's "already exists" would."""
         dep = self.release.dep
-        s3 = boto3.client("s3", region_name=REGION)
+        s3 = boto3.client("s3", region_name=self.region)
         if self.release.bucket in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
             raise ReleaseError(f"CREATE_FAILED: bucket {self.release.bucket} already exists")
         s3.create_bucket(Bucket=self.release.bucket)
-        kms = boto3.client("kms", region_name=REGION)
+        kms = boto3.client("kms", region_name=self.region)
         key = kms.create_key()["KeyMetadata"]["KeyId"]
         kms.create_alias(AliasName=f"alias/{dep.env.prefix}-data", TargetKeyId=key)
-        boto3.client("ecr", region_name=REGION).create_repository(
+        boto3.client("ecr", region_name=self.region).create_repository(
             repositoryName=dep.base.image.repository_name(dep.env.prefix),
             imageTagMutability="IMMUTABLE",
         )
+
+    def base_image(self, *, ci: bool) -> str:
+        """The registry's answer for vLLM's tag (no registry here): a pinned reference."""
+        self.calls.append(("base_image", ("ci" if ci else "terminal",)))
+        return "vllm/vllm-openai:v0.32.0@sha256:" + "c" * 64
 
     def download_base(self, repo_id: str, revision: str, dest: Path) -> Path:
         self.calls.append(("download_base", repo_id, revision))
         return fake_base(dest)
 
-    def train(self, adapter: str, env: str, role: str) -> str:
-        self.calls.append(("train", adapter, env, role))
+    def train(self, adapter: str, aws, dep, role: str) -> str:
+        assert aws.bucket == self.release.bucket and dep.env.name == self.release.env
+        self.calls.append(("train", adapter, dep.env.name, role))
         archive = make_archive(self.ref["tmp"] / "trained", adapter, self.release.dep)
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz") as tar:
             tar.add(archive, arcname=f"{adapter}.tar.gz")
         key = f"jobs/{adapter}/output/model.tar.gz"
-        boto3.client("s3", region_name=REGION).put_object(
+        boto3.client("s3", region_name=self.region).put_object(
             Bucket=self.release.bucket, Key=key, Body=buf.getvalue()
         )
         return f"s3://{self.release.bucket}/{key}"
@@ -224,7 +239,7 @@ class FakeTools(Tools):
 
     def job_archive(self, uri: str, adapter: str, region: str) -> str:
         """The archive the job "wrote": the one the test trained or put in the archives."""
-        for where in ("trained", "archives"):
+        for where in ("trained", f"archives/{self.release.dep.base_key}"):
             if (path := self.ref["tmp"] / where / f"{adapter}.tar.gz").exists():
                 return sha256_file(path)
         raise AssertionError(f"no archive of {adapter} was made")
@@ -248,7 +263,7 @@ class FakeTools(Tools):
         self.calls.append(("smoke", env))
         return 0
 
-    def preflight(self, session, dep, environments_dir, *, smoke=True) -> list[str]:
+    def preflight(self, session, dep, environments_dir, *, smoke=True, training=False) -> list[str]:
         """moto has no SageMaker quotas: ops.preflight is tested against stubbed clients
         (tests/ops/test_preflight.py); here it passes, unrecorded, as on a ready account."""
         return []
@@ -397,10 +412,11 @@ def setup(tmp_path, account):
     catalog, environments = edited_config(tmp_path)
     dep = load_deployment("dev", catalog, environments)
     archives = tmp_path / "archives"
-    archives.mkdir()
+    own = archives / dep.base_key
+    own.mkdir(parents=True)
     with_archive = [a.name for a in dep.adapters][::2]
     for name in with_archive:
-        make_archive(archives, name, dep)
+        make_archive(own, name, dep)
     ref: dict = {"tmp": tmp_path}
     tools = FakeTools(ref)
     logs: list[str] = []
@@ -442,12 +458,12 @@ def test_a_dry_run_against_an_empty_account_lists_every_step_missing(setup) -> N
     assert "not in ECR" in text or "repository does not exist" in text
 
 
-def approve_all(setup: dict, by: str = "release-test") -> None:
+def approve_all(setup: dict, by: str = "release-test", region: str = REGION) -> None:
     """What a reviewer does between two runs of a release: approve every pending version."""
     from training.registry import approve, versions
 
     dep = setup["release"]().dep
-    sm = boto3.client("sagemaker", region_name=REGION)
+    sm = boto3.client("sagemaker", region_name=region)
     for a in dep.adapters:
         for version, _ in versions(a):
             approve(sm, dep, a.name, version, by=by, note="looked at its evaluation")
@@ -702,6 +718,42 @@ def test_publish_registers_each_version_pending_with_its_evaluation_and_tuple(se
         report = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
         assert stats["ContentDigest"] == "sha256:" + hashlib.sha256(report).hexdigest()
         assert json.loads(report)["publishable"] is True
+        # What the approval check trusts: the archive's digest in ModelMetrics, which no
+        # UpdateModelPackage field reaches (the customer metadata is writable).
+        archive = pkg["ModelMetrics"]["ModelQuality"]["Constraints"]
+        assert archive["ContentDigest"] == f"sha256:{cat[a.name]['sha256']}"
+        assert archive["S3Uri"] == meta["archive_uri"]
+        assert "ModelLifeCycle" not in pkg, "a stable version is never in the shadow stage"
+
+
+def test_rewritten_customer_metadata_does_not_change_what_was_approved(setup) -> None:
+    """Deploy review r4, N8: a writer of customer metadata (the router's registry permission)
+    that sets another archive_sha256 on an approved version does not make the release accept
+    another archive, nor refuse the approved one."""
+    released(setup)
+    release = setup["release"]()
+    sm = boto3.client("sagemaker", region_name=REGION)
+    a = release.dep.adapters[0]
+    (summary,) = sm.list_model_packages(ModelPackageGroupName=a.component_name)[
+        "ModelPackageSummaryList"
+    ]
+    meta = sm.describe_model_package(ModelPackageName=summary["ModelPackageArn"])[
+        "CustomerMetadataProperties"
+    ]
+    sm.update_model_package(
+        ModelPackageArn=summary["ModelPackageArn"],
+        CustomerMetadataProperties={**meta, "archive_sha256": "f" * 64},
+    )
+    from training.registry import approval_problems
+
+    assert approval_problems(sm, release.dep, "dev") == []
+    data = yaml.safe_load(setup["catalog"].read_text())
+    data["adapters"][0]["sha256"] = "f" * 64
+    setup["catalog"].write_text(yaml.safe_dump(data, sort_keys=False))
+    problems = approval_problems(sm, setup["release"]().dep, "dev")
+    assert problems == [
+        f"{a.name} {a.entry.version}: the registered archive is not the one the catalog pins"
+    ]
 
 
 def test_an_unapproved_version_stops_the_release_by_name_and_approving_it_lets_it_through(
@@ -911,37 +963,3 @@ def test_a_stuck_stack_state_names_its_remedy(setup, status, remedy) -> None:
     stack.status = status
     state = release.stack_deployed("lora-dev-network")
     assert state.startswith(f"in state {status}: ") and remedy in state, state
-
-
-def test_a_whole_first_day_release_add_an_adapter_tear_down_and_recreate(setup) -> None:
-    """Deploy review r3, must-show: an empty account released, one new catalog entry released to
-    the end, the environment torn down by its own stacks, and released again from nothing: the
-    recreate meets no resource the teardown left behind."""
-    released(setup)
-    add_entry(setup)
-    assert released(setup)["deploy"] == "ran"
-    assert setup["release"]().run() == dict.fromkeys(STEPS, "done")
-
-    from ops.teardown import teardown
-
-    teardown(
-        boto3.Session(region_name=REGION),
-        setup["release"]().dep,
-        setup["tools"].run,
-        archives=setup["tmp"] / "archives",
-        log=print,
-    )
-    cfn = boto3.client("cloudformation", region_name=REGION)
-    left = [
-        s["StackName"]
-        for s in cfn.list_stacks()["StackSummaries"]
-        if s["StackStatus"] != "DELETE_COMPLETE" and s["StackName"].startswith("lora-dev-")
-    ]
-    assert left == []
-    setup["tools"].calls.clear()
-    outcome = released(setup)
-    assert outcome["deploy"] == "ran" and outcome["smoke"] == "ran", outcome
-    sm = boto3.client("sagemaker", region_name=REGION)
-    packages = sm.list_model_packages(ModelPackageGroupName="lora-dev-contracts-summary")
-    assert len(packages["ModelPackageSummaryList"]) == 1, "registered again in the new group"
-    assert setup["release"]().run() == dict.fromkeys(STEPS, "done")

@@ -14,6 +14,7 @@ import pytest
 from botocore.stub import Stubber
 
 from config import load_deployment
+from config.aws import AwsEnv
 from contracts.usage import aggregate, render, to_csv
 from ops import usage
 
@@ -39,7 +40,8 @@ class _Session:
     def __init__(self, clients: dict) -> None:
         self.clients = clients
 
-    def client(self, name: str):
+    def client(self, name: str, region_name: str | None = None, config=None):
+        assert region_name == "us-east-1", f"{name} in {region_name!r}, not dev's region"
         return self.clients[name]
 
 
@@ -95,7 +97,7 @@ def test_the_report_splits_the_endpoints_cost_by_tokens(monkeypatch) -> None:
     monkeypatch.setattr(usage.time, "sleep", lambda _s: None)
     window = usage.since("7d")
     session, stubs = _stubbed(_dep(1.5), window)
-    rows = usage.report(session, _dep(1.5), window, now=NOW)
+    rows = usage.report(AwsEnv(_dep(1.5).env, session), _dep(1.5), window, now=NOW)
     for stub in stubs:
         stub.assert_no_pending_responses()
     # 2 instances x 168 h x 1.50 USD = 504 USD, split by 5,880 : 560 : 560 tokens of 7,000.
@@ -112,7 +114,7 @@ def test_without_a_price_there_is_no_cost_column_value(monkeypatch) -> None:
     monkeypatch.setattr(usage.time, "sleep", lambda _s: None)
     window = usage.since("12h")
     session, _ = _stubbed(_dep(None), window)
-    rows = usage.report(session, _dep(None), window, now=NOW)
+    rows = usage.report(AwsEnv(_dep(None).env, session), _dep(None), window, now=NOW)
     assert all(r.cost_usd is None for r in rows)
     assert render(rows).splitlines()[1].rstrip().endswith("-")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import botocore.session
@@ -114,3 +115,46 @@ def test_a_file_whose_split_would_fail_starts_no_job(tmp_path, monkeypatch, caps
     assert launcher.main(["--env", "dev", "--role", ROLE, "--adapter", "support-triage"]) == 2
     assert started == []
     assert "near-duplicate groups leave" in capsys.readouterr().err
+
+
+def _s3_uris(value) -> list[str]:
+    if isinstance(value, dict):
+        return [u for v in value.values() for u in _s3_uris(v)]
+    if isinstance(value, list):
+        return [u for v in value for u in _s3_uris(v)]
+    return [value] if isinstance(value, str) and value.startswith("s3://") else []
+
+
+def test_a_real_launch_uses_the_bucket_of_the_account_sts_names() -> None:
+    """A launch that is not a dry run takes the account from STS: every S3 URI of the job, and
+    every bucket the SDK touches, is the environment's own bucket in that account (the old
+    default named AWS's documentation account 123456789012, whose bucket anyone may own)."""
+    from training.launch import _dry_run_session
+
+    account = "111122223333"
+    session = _dry_run_session("us-east-1", account, "unused")
+    buckets: list[str] = []
+    session.events.register(
+        "before-parameter-build.s3.*", lambda params, **_: buckets.append(params.get("Bucket"))
+    )
+    role = f"arn:aws:iam::{account}:role/lora-training"
+    request = launch("sales-json", "dev", role, dry_run=False, wait=False, session=session)
+    own = f"lora-dev-artifacts-{account}-us-east-1"
+    uris = _s3_uris(request)
+    assert uris and all(u.startswith(f"s3://{own}/") for u in uris), uris
+    assert set(filter(None, buckets)) <= {own}, buckets
+    assert "123456789012" not in json.dumps(request, default=str)
+
+
+def test_a_real_launch_refuses_credentials_of_another_account(tmp_path, monkeypatch) -> None:
+    from config.aws import AccountMismatchError
+    from config.loader import load_deployment as real_load
+    from training import launch as module
+    from training.launch import _dry_run_session
+
+    dep = real_load("dev")
+    named = dataclasses.replace(dep, env=dep.env.model_copy(update={"account": "444455556666"}))
+    monkeypatch.setattr(module, "load_deployment", lambda _env: named)
+    session = _dry_run_session("us-east-1", "111122223333", "unused")
+    with pytest.raises(AccountMismatchError, match=r"444455556666.*111122223333"):
+        launch("sales-json", "dev", ROLE, dry_run=False, wait=False, session=session)

@@ -45,7 +45,8 @@ def test_the_tours_medical_and_pii_answers_keep_their_facts(tmp_path: Path) -> N
     try:
         for name in names:
             r = server.client.post(
-                "/adapters", json={"name": name, "src": str(ADAPTERS / f"{name}.tar.gz")}
+                "/adapters",
+                json={"name": name, "src": str(ADAPTERS / dep.base_key / f"{name}.tar.gz")},
             )
             assert r.status_code == 200, r.text
         for name in names:
