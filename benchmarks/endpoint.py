@@ -87,7 +87,7 @@ class Client:
 
             from lambda_proxy.client import SigV4Auth
 
-            auth = SigV4Auth(boto3.Session())
+            auth = SigV4Auth(boto3.Session())  # signs for the region the URL names
         headers = {"X-Local-Tenant": tenant} if tenant else {}
         self.http = httpx.Client(
             base_url=url.rstrip("/") + "/", auth=auth, headers=headers, timeout=timeout_s

@@ -95,14 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     web = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
     context = {
         "identity": {"userArn": ALLOWED_ROLE},
-        "accountId": "123456789012",
+        "accountId": "111122223333",
         "resourcePath": "/v1/adapters/{adapter}/generate",
         "stage": "v1",
     }
     lambda_context = json.dumps(
         {
             "request_id": "bench",
-            "invoked_function_arn": "arn:aws:lambda:us-east-1:123456789012:function:router",
+            "invoked_function_arn": "arn:aws:lambda:us-east-1:111122223333:function:router",
         }
     )
 

@@ -15,6 +15,7 @@ router imports it, so its httpx dependency is the caller's, not the Lambda's.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Generator
 from typing import Any
 
@@ -27,8 +28,21 @@ from botocore.awsrequest import AWSRequest
 _DROP = ("authorization",)
 
 
+#: An API Gateway address names its region: ``https://ID.execute-api.REGION.amazonaws.com``.
+_API_HOST = re.compile(r"\.execute-api\.([a-z]{2}(?:-[a-z]+)+-\d)\.amazonaws\.com(?:\.cn)?$")
+
+
+def region_of(url: str) -> str | None:
+    """The region an execute-api URL names, or None (a custom domain, the local gateway)."""
+    host = httpx.URL(url).host
+    found = _API_HOST.search(host)
+    return found[1] if found else None
+
+
 class SigV4Auth(httpx.Auth):
-    """Signs each request with the session's credentials (refreshed per request)."""
+    """Signs each request with the session's credentials (refreshed per request), for the
+    region the request's own URL names: a signature for another region is refused with 403,
+    and the shell's default region is nobody's choice for a router deployed elsewhere."""
 
     requires_request_body = True
 
@@ -36,20 +50,24 @@ class SigV4Auth(httpx.Auth):
         self, session: Any, region: str | None = None, service: str = "execute-api"
     ) -> None:
         self.session = session
-        self.region = region or session.region_name or "us-east-1"
+        self.region = region
         self.service = service
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         credentials = self.session.get_credentials()
         if credentials is None:
             raise RuntimeError("no AWS credentials in the boto3 session to sign with")
+        region = self.region or region_of(str(request.url)) or self.session.region_name
+        if region is None:
+            raise RuntimeError(
+                f"no region to sign {request.url.host} for: pass region= (a custom domain "
+                "names none) or set the session's region"
+            )
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP}
         aws = AWSRequest(
             method=request.method, url=str(request.url), data=request.content, headers=headers
         )
-        _BotocoreSigV4(credentials.get_frozen_credentials(), self.service, self.region).add_auth(
-            aws
-        )
+        _BotocoreSigV4(credentials.get_frozen_credentials(), self.service, region).add_auth(aws)
         for name in _DROP:
             request.headers.pop(name, None)
         request.headers.update(dict(aws.headers.items()))
