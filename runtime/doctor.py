@@ -13,6 +13,8 @@ deploy. The doctor names each in a sentence, before anything is loaded:
   the endpoint is network-isolated, so nothing can be fetched either;
 - vLLM is installed at the version this runtime was read against;
 - the model directory is readable by the container's user, and the work directory writable;
+- the user has a home (a passwd entry) and every cache vLLM, Triton, torch.compile and
+  FlashInfer write to is writable by it, each located as that library locates it;
 - the host driver's CUDA is at least the image's.
 
 The image build runs the offline part (``--offline``: no GPU and no model at build time); the
@@ -172,6 +174,75 @@ def check_work_dir(work_dir: Path) -> Check:
     return Check("work-dir", True, f"{work_dir} writable")
 
 
+def cache_dirs(environ: Mapping[str, str], home: Path) -> dict[str, Path]:
+    """Where each library writes its compiled kernels and caches, by its own rule:
+    vLLM ``VLLM_CACHE_ROOT`` else ``$XDG_CACHE_HOME/vllm`` else ``~/.cache/vllm``
+    (``vllm/envs.py``; torch.compile's and Triton's caches go inside it while vLLM compiles);
+    Triton ``TRITON_CACHE_DIR`` else ``~/.triton/cache`` (``triton/runtime/cache.py``) for
+    kernels built outside vLLM's compile; Inductor ``TORCHINDUCTOR_CACHE_DIR`` else
+    ``/tmp/torchinductor_USER``; FlashInfer ``FLASHINFER_WORKSPACE_BASE`` else home, under
+    ``.cache/flashinfer`` (``flashinfer/jit/env.py``)."""
+    xdg = Path(environ.get("XDG_CACHE_HOME") or home / ".cache")
+    import getpass
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return {
+        "vllm": Path(environ.get("VLLM_CACHE_ROOT") or xdg / "vllm"),
+        "triton": Path(environ.get("TRITON_CACHE_DIR") or home / ".triton" / "cache"),
+        "inductor": Path(
+            environ.get("TORCHINDUCTOR_CACHE_DIR") or Path("/tmp") / f"torchinductor_{user}"  # noqa: S108 - torch's own default
+        ),
+        "flashinfer": Path(environ.get("FLASHINFER_WORKSPACE_BASE") or home)
+        / ".cache"
+        / "flashinfer",
+    }
+
+
+def _writable(directory: Path) -> str | None:
+    """Why ``directory`` cannot be written, or None; creates it (as the library would)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".doctor-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def check_caches(environ: Mapping[str, str], uid: int | None = None) -> Check:
+    """The user has a passwd entry (else HOME falls back to ``/``, and every cache above lands
+    there, unwritable) and each cache location is writable by it."""
+    import pwd
+
+    uid = os.getuid() if uid is None else uid
+    try:
+        entry = pwd.getpwuid(uid)
+    except KeyError:
+        return Check(
+            "caches",
+            False,
+            f"uid {uid} has no passwd entry, so it has no home for vLLM's, Triton's and "
+            "FlashInfer's caches; run as a user the image defines",
+        )
+    home = Path(environ.get("HOME") or entry.pw_dir)
+    problems = [
+        f"{name} at {path} ({why})"
+        for name, path in cache_dirs(environ, home).items()
+        if (why := _writable(path)) is not None
+    ]
+    if problems:
+        return Check(
+            "caches", False, f"not writable by uid {uid} ({entry.pw_name}): " + "; ".join(problems)
+        )
+    return Check(
+        "caches", True, f"vLLM, Triton, Inductor and FlashInfer caches writable by {entry.pw_name}"
+    )
+
+
 def run(
     *,
     offline: bool,
@@ -180,7 +251,12 @@ def run(
     environ: Mapping[str, str] = os.environ,
 ) -> list[Check]:
     """Every check that applies: ``offline`` (the image build) skips the GPU and the model."""
-    checks = [check_vllm(), check_compiler(environ), check_flashinfer(environ)]
+    checks = [
+        check_vllm(),
+        check_compiler(environ),
+        check_flashinfer(environ),
+        check_caches(environ),
+    ]
     if work_dir is not None:
         checks.append(check_work_dir(work_dir))
     if not offline:

@@ -270,6 +270,15 @@ def _invocation_routes(app: FastAPI, engine: Engine) -> None:
         return JSONResponse(req.result())
 
 
+def _path_like(name: str) -> str | None:
+    """Why an adapter name is a path, or None."""
+    if "/" in name or "\\" in name:
+        return "holds a path separator, which no inference component name can"
+    if name in (".", ".."):
+        return "is a path reference, which no inference component name can be"
+    return None
+
+
 def _adapter_routes(app: FastAPI, engine: Engine) -> None:
     """POST /adapters, DELETE /adapters/{name}: SageMaker's adapter contract."""
     s = engine.settings
@@ -301,7 +310,11 @@ def _adapter_routes(app: FastAPI, engine: Engine) -> None:
         # Any non-empty name, as AWS's model-hosting-container-standards takes it: what
         # SageMaker sends as the name is documented nowhere, and refusing one would leave every
         # adapter unloaded while its component reports InService. No path is ever made from
-        # it (archives extract into a directory of their own under the work dir).
+        # it (archives extract into a directory of their own under the work dir). Except a
+        # path: a separator or a parent reference is in no inference component's name
+        # (``^[a-zA-Z0-9](-*[a-zA-Z0-9])*$``), so it can only be a caller probing paths.
+        if (problem := _path_like(req.name)) is not None:
+            return _error(400, f"adapter name {req.name[:200]!r} {problem}")
         if not ADAPTER_NAME_RE.match(req.name):
             log.warning(
                 "adapter registered under %r, which is not an inference-component name: "
@@ -367,6 +380,14 @@ def _adapter_routes(app: FastAPI, engine: Engine) -> None:
 
     @app.delete("/adapters/{name:path}")
     async def unregister(name: str, request: Request) -> Response:
+        if not name:
+            # AWS's package routes only DELETE /adapters/{adapter_name}: without a name there
+            # is no such route, and the method is not allowed on the collection.
+            return JSONResponse(
+                {"error": "DELETE needs an adapter name: DELETE /adapters/{name}"},
+                status_code=405,
+                headers={"Allow": "GET, POST"},
+            )
         alias = request.headers.get(ADAPTER_ALIAS) or name
         # Behind the name's registration: a DELETE during an update removes the new version.
         async with _registering(name):

@@ -112,3 +112,38 @@ def test_the_server_runs_the_doctor_before_loading_the_model(tmp_path, monkeypat
     assert "model-dir" in str(stopped.value) and "is not a directory" in str(stopped.value)
     logged = [r.getMessage() for r in caplog.records]
     assert any("doctor: ok      vllm" in m for m in logged), logged
+
+
+def test_every_cache_the_libraries_write_is_checked_where_each_library_puts_it(tmp_path) -> None:
+    """vLLM, Triton, Inductor and FlashInfer each locate their cache by their own rule; each is
+    created and written as the user, and one that cannot be is named with its path."""
+    home = tmp_path / "home"
+    dirs = doctor.cache_dirs({}, home)
+    assert dirs["vllm"] == home / ".cache" / "vllm"
+    assert dirs["triton"] == home / ".triton" / "cache"
+    assert dirs["flashinfer"] == home / ".cache" / "flashinfer"
+    assert doctor.cache_dirs({"VLLM_CACHE_ROOT": "/x/v"}, home)["vllm"] == Path("/x/v")
+    env = {"HOME": str(home), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    check = doctor.check_caches(env)
+    assert check.ok, check.message
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    check = doctor.check_caches({**env, "TRITON_CACHE_DIR": str(blocker / "triton")})
+    assert not check.ok and f"triton at {blocker / 'triton'}" in check.message
+
+
+def test_a_uid_without_a_passwd_entry_has_no_home_for_the_caches() -> None:
+    """A numeric USER with no passwd entry falls back to HOME=/, where no cache is writable."""
+    import pwd
+
+    free = next(uid for uid in range(4242, 70000) if not _has_entry(pwd, uid))
+    check = doctor.check_caches({}, uid=free)
+    assert not check.ok and f"uid {free} has no passwd entry" in check.message
+
+
+def _has_entry(pwd, uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True

@@ -329,8 +329,8 @@ def test_answers_carry_the_artifacts_own_identity(server, adapters, tmp_path) ->
     server.client.delete("/adapters/ic-7f3a")
 
 
-@pytest.mark.parametrize("name", ["../x", "a/b", "adapter_a", "a" * 64, "-lead", "dot.name"])
-def test_any_name_the_containers_package_accepts_registers(server, adapters, name) -> None:
+@pytest.mark.parametrize("name", ["adapter_a", "a" * 64, "-lead", "dot.name", "a..b", "ic 7"])
+def test_any_name_that_is_not_a_path_registers(server, adapters, name) -> None:
     """AWS's model-hosting-container-standards accepts any non-empty name; what SageMaker sends
     is documented nowhere, and a refusal would leave the adapter unloaded while its component
     reports InService. No path is made from the name."""
@@ -380,19 +380,30 @@ def test_a_src_inside_the_work_dir_is_refused(server, adapters) -> None:
     assert r.status_code == 400 and "work directory" in r.json()["error"], r.text
 
 
-def test_a_dotdot_name_with_an_archive_never_writes_outside_the_work_dir(
-    server, adapters, tmp_path
+@pytest.mark.parametrize("name", ["../escape", "../x/pwn", "a/b", "a\\b", "..", "."])
+def test_a_name_that_is_a_path_is_refused_and_nothing_is_written(
+    server, adapters, tmp_path, name
 ) -> None:
+    """No inference component name holds a separator or is a parent reference: such a name can
+    only probe paths. It is refused with 400 naming it, before anything is extracted."""
     archive = tmp_path / "adapter.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         for f in adapters["mlp-r8"].iterdir():
             tar.add(f, arcname=f.name)
     work = Path(server.log.parent / "work")
     before = set(work.parent.iterdir())
-    r = server.client.post("/adapters", json={"name": "../escape", "src": str(archive)})
-    assert r.status_code == 200, r.text  # accepted: the archive extracts under the work dir
+    r = server.client.post("/adapters", json={"name": name, "src": str(archive)})
+    assert r.status_code == 400, r.text
+    assert "path" in r.json()["error"] and repr(name) in r.json()["error"]
     assert set(work.parent.iterdir()) == before
-    assert server.client.delete("/adapters/" + quote("../escape", safe="")).status_code == 200
+    assert name not in {a["name"] for a in server.client.get("/adapters").json()["adapters"]}
+
+
+def test_delete_without_a_name_is_not_allowed(server) -> None:
+    """AWS's package routes only DELETE /adapters/{adapter_name}: 405, not "adapter  not found"."""
+    r = server.client.delete("/adapters/")
+    assert r.status_code == 405, r.text
+    assert "adapter name" in r.json()["error"]
 
 
 def test_unknown_adapter_names_never_become_metric_labels(server) -> None:
