@@ -137,3 +137,66 @@ def test_the_image_build_job_frees_the_runners_disk_first(workflow) -> None:
     free = next(i for i, n in enumerate(names) if "disk" in n)
     release = next(i for i, s in enumerate(steps) if "make release" in s.get("run", ""))
     assert free < release
+
+
+def test_the_image_is_built_from_its_pinned_base_and_checked_inside(workflow) -> None:
+    """GPU path review r2, 2.1 and 2.9: nothing built the image before a release, so a
+    Dockerfile that cannot build on vLLM's base went unseen. Pull requests that touch what goes
+    into the image build it, after proving the base's digest, and run the doctor and pip's
+    dependency check inside it."""
+    job = workflow["jobs"]["image"]
+    assert job["if"] == "github.event_name == 'pull_request'"
+    runs = _runs(job)
+    changed = next(r for r in runs if "git diff" in r)
+    for path in ("runtime", "contracts", "pyproject.toml"):
+        assert path in changed
+    order = [
+        next(i for i, r in enumerate(runs) if needle in r)
+        for needle in (
+            "ops.base_image check",
+            "docker buildx build",
+            "runtime doctor --offline",
+            "pip check",
+        )
+    ]
+    assert order == sorted(order), runs
+    assert any("docker system prune" in r for r in runs), "the runner's disk is freed first"
+
+
+def test_no_job_stands_in_a_region_for_the_environments(workflow) -> None:
+    """Every job that assumes a role does so in the region the environment file names."""
+    text = WORKFLOW.read_text()
+    assert "us-east-1" not in text and "vars.AWS_REGION" not in text
+    for name in ("publish-adapters-dev", "deploy-dev"):
+        steps = workflow["jobs"][name]["steps"]
+        (setup,) = [s for s in steps if s.get("uses") == "./.github/actions/release-setup"]
+        assert setup["with"]["aws-region"] == "${{ steps.env.outputs.region }}", name
+        (read,) = [s for s in steps if s.get("id") == "env"]
+        assert "config/environments/dev.yaml" in read["run"]
+
+
+def test_the_deploy_waits_for_its_reviewers_instead_of_failing_on_approvals(workflow) -> None:
+    """Deploy review r4, N10: publish registers versions pending approval and the release stops
+    at approval, so a deploy that starts right after publish fails red on every first push. It
+    waits in an environment of its own whose required reviewers approve the versions first."""
+    deploy = workflow["jobs"]["deploy-dev"]
+    assert deploy["environment"] == "dev-deploy"
+    assert deploy["environment"] != workflow["jobs"]["publish-adapters-dev"]["environment"]
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    assert "dev-deploy" in guide and "required reviewers" in guide
+
+
+def test_the_deploy_guide_gives_the_ci_role_a_session_as_long_as_its_longest_job(workflow) -> None:
+    """Deploy review r4, N3: AssumeRoleWithWebIdentity fails when DurationSeconds exceeds the
+    role's MaxSessionDuration, whose default is one hour (IAM API reference, CreateRole)."""
+    longest = max(
+        int(step["with"]["role-duration-seconds"])
+        for job in workflow["jobs"].values()
+        for step in job.get("steps", [])
+        if step.get("uses") == "./.github/actions/release-setup"
+    )
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    import re
+
+    stated = [int(n) for n in re.findall(r"MaxSessionDuration[^0-9\n]{0,40}(\d{4,5})", guide)]
+    assert stated and min(stated) >= longest, (stated, longest)

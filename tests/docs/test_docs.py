@@ -55,6 +55,17 @@ EXCUSED = {
     ".venv/bin/python benchmarks/degraded_canaries.py": "trains six adapters and serves them "
     "(half an hour); its run is in benchmarks/RESULTS.md, and tests/lambda_proxy/test_shadow.py "
     "makes the same decisions on stand-in components",
+    "make destroy": "tears an environment down; tests/ops/test_rehearsal.py runs it on the "
+    "emulated account, in the environment's region with the shell's set to another",
+    "aws iam update-role": "the user's own IAM role; tests/ci/test_workflow.py checks the "
+    "duration the guide states against the workflow's longest session",
+    "aws sagemaker list-": "lists a real account; tests/ops/test_rehearsal.py checks that the "
+    "teardown leaves no stack of the environment on the emulated account",
+    "aws elasticache": "lists a real account; the cache is in PREFIX-cache, which the teardown "
+    "destroys (tests/ops/test_rehearsal.py)",
+    "aws ec2 describe-vpc-endpoints": "lists a real account; the endpoints are in PREFIX-network",
+    "aws cloudformation list-stacks": "lists a real account; tests/ops/test_rehearsal.py makes "
+    "the same check on the emulated account",
     "aws sagemaker describe-model-package": "reads a deployed account's Model Registry; "
     "tests/lambda_proxy/test_shadow.py checks what the router writes there against the API model",
 }
