@@ -189,6 +189,26 @@ def _account_warnings(dep: Deployment) -> list[str]:
     ]
 
 
+def usage_metrics_line(dep: Deployment) -> str | None:
+    """How many custom metrics the router's usage records make in CloudWatch: one per metric
+    name and tenant dimension value (the catalog's named tenants, and ``other``); none per
+    adapter, so the count does not grow with the catalog."""
+    from contracts.usage import USAGE_METRIC_NAMES
+
+    if not dep.env.deployable:
+        return None
+    tenants = {
+        t for a in dep.adapters for t in a.entry.allow.tenants if "*" not in t and str(t).isascii()
+    }
+    count = len(USAGE_METRIC_NAMES) * (len(tenants) + 1)
+    return (
+        f"  usage metrics: {count} custom metrics ({len(USAGE_METRIC_NAMES)} names x "
+        f"{len(tenants)} named tenants + other), whatever the number of adapters; at "
+        f"$0.30 a metric-month (estimate: CloudWatch's first-tier price as published "
+        f"summaries give it; check AWS's pricing page) about ${0.30 * count:,.2f} a month"
+    )
+
+
 def zones_line(dep: Deployment) -> str | None:
     """Where the environment's VPC puts its subnets: chosen in its file, never looked up at
     synth (an account-specific synth outside the CDK CLI would get placeholder zones)."""
@@ -249,8 +269,9 @@ def main(argv: list[str] | None = None) -> int:
         capacity_errors, warnings = _capacity(dep)
         errors += capacity_errors
         notes += warnings + _account_warnings(dep)
-        if (zones := zones_line(dep)) is not None:
-            notes.insert(0, zones)
+        for line in (usage_metrics_line(dep), zones_line(dep)):
+            if line is not None:
+                notes.insert(0, line)
         for line in notes:
             print(line)
         for line in errors:

@@ -60,6 +60,13 @@ def bucket_problem(prefix: str, region: str, configured: str | None = None) -> s
     return None
 
 
+def router_service(prefix: str) -> str:
+    """The router's metric identity (the ``service`` dimension of its EMF metrics and the
+    alarms on them): one per environment, so two environments in one account and region never
+    alarm on each other's metrics."""
+    return f"{prefix}-router"
+
+
 def data_key_alias(prefix: str) -> str:
     """The environment's KMS key (stateful stack): every upload into its bucket uses it."""
     return f"alias/{prefix}-data"

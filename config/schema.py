@@ -930,6 +930,24 @@ class PipelineConfig(_Strict):
     approval_before: list[str] = Field(default_factory=lambda: ["prod"])
 
     @model_validator(mode="after")
+    def _not_the_placeholders(self) -> PipelineConfig:
+        """The shipped file's placeholders pass the patterns; an enabled pipeline with them
+        would deploy and then never read its source."""
+        if self.enabled:
+            if "region" not in self.model_fields_set:
+                raise ValueError("region: required for an enabled pipeline (e.g. eu-west-1)")
+            if self.repository.startswith("your-org/"):
+                raise ValueError("repository is the shipped placeholder: name your owner/name")
+            if re.search(
+                r":111111111111:|connection/0{8}-0{4}-0{4}-0{4}-0{12}$", self.connection_arn
+            ):
+                raise ValueError(
+                    "connection_arn is the shipped placeholder: create a CodeConnections "
+                    "connection to your repository host and give its ARN"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _stages(self) -> PipelineConfig:
         if len(set(self.stages)) != len(self.stages):
             raise ValueError("stages repeat an environment")
@@ -1045,6 +1063,10 @@ class Environment(_Strict):
 
     @model_validator(mode="after")
     def _zones_in_region(self) -> Environment:
+        if self.deployable and "region" not in self.model_fields_set:
+            # A default would send every stack and client to us-east-1 without anyone choosing
+            # it; the file says where the environment lives.
+            raise ValueError("region: required for an environment that deploys (e.g. eu-west-1)")
         zones = self.network.availability_zones or []
         bad = [z for z in zones if not re.fullmatch(rf"{re.escape(self.region)}[a-z]", z)]
         if bad:

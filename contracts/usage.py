@@ -11,6 +11,10 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+#: The router's usage metrics (EMF), each with the dimensions service and tenant: one custom
+#: metric per name and tenant value (``lambda_proxy.usage``; ``make check`` counts them).
+USAGE_METRIC_NAMES = ("Requests", "InputTokens", "OutputTokens")
+
 
 @dataclass(frozen=True)
 class Usage:

@@ -20,12 +20,11 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from config import Deployment
+from config import Deployment, layout
 from infra.lifecycle import removal_policy
 from infra.serving import base_log_groups
 
 NAMESPACE = "LoraFleet"
-ROUTER_SERVICE = "lora-router"
 PERIOD = Duration.minutes(5)
 
 
@@ -56,13 +55,13 @@ def _per_adapter(prefix: str, metric: str, stat: str, label: str) -> cw.MathExpr
     )
 
 
-def _router(name: str) -> cw.Metric:
-    """A count the router emits (Powertools EMF)."""
+def _router(name: str, prefix: str) -> cw.Metric:
+    """A count this environment's router emits (Powertools EMF, its own service dimension)."""
     return cw.Metric(
         namespace=NAMESPACE,
         metric_name=name,
         statistic="Sum",
-        dimensions_map={"service": ROUTER_SERVICE},
+        dimensions_map={"service": layout.router_service(prefix)},
         period=PERIOD,
     )
 
@@ -156,7 +155,10 @@ class Observability(Construct):
         dep, prefix, api = self.dep, self.dep.env.prefix, self.api
         hit_rate = cw.MathExpression(
             expression="100 * hit / (hit + miss)",
-            using_metrics={"hit": _router("CacheHit"), "miss": _router("CacheMiss")},
+            using_metrics={
+                "hit": _router("CacheHit", prefix),
+                "miss": _router("CacheMiss", prefix),
+            },
             label="cache hit rate (%)",
             period=PERIOD,
         )
@@ -265,7 +267,7 @@ class Observability(Construct):
             # A stream that fails after its 200 status is not in API Gateway's 5XXError;
             # the router counts those itself (lambda_proxy.streaming).
             "RouterStream5xx": self._alarm(
-                _router("StreamServerError"),
+                _router("StreamServerError", self.dep.env.prefix),
                 "RouterStream5xxAlarm",
                 "router-stream-5xx",
                 **five_xx,
@@ -276,7 +278,7 @@ class Observability(Construct):
             # The router switched a canary off (lambda_proxy.canary): its error rate passed the
             # entry's threshold. The router's log holds the adapter, version and reason.
             "CanaryRollback": self._alarm(
-                _router("CanaryRollback"),
+                _router("CanaryRollback", self.dep.env.prefix),
                 "CanaryRollbackAlarm",
                 "canary-rollback",
                 threshold=1,

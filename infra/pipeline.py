@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 
-from aws_cdk import ArnFormat, Environment, RemovalPolicy, Stack, Stage, pipelines
+from aws_cdk import ArnFormat, Duration, Environment, RemovalPolicy, Stack, Stage, pipelines
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -84,6 +84,9 @@ class PipelineStack(Stack):
             commands=SYNTH_COMMANDS,
             primary_output_directory="cdk.out",
             partial_build_spec=RUNTIMES,
+            # CodeBuild's default is 60 minutes (CreateProject, timeoutInMinutes), the whole
+            # suite's run on a medium build host takes about as long.
+            timeout=Duration.hours(2),
         )
         self.pipeline = pipelines.CodePipeline(
             self,
@@ -313,6 +316,10 @@ class PipelineStack(Stack):
             partial_build_spec=RUNTIMES,
             # docker buildx needs the Docker daemon of a privileged build container.
             build_environment=codebuild.BuildEnvironment(privileged=True),
+            # `make setup`, the vLLM-based image build and push and, on a first run, the base
+            # weights' download and upload: past CodeBuild's 60-minute default
+            # (CreateProject, timeoutInMinutes: "The default is 60 minutes").
+            timeout=Duration.hours(3),
         )
 
     def _smoke(self, name: str, dep: Deployment, router: Stack) -> pipelines.CodeBuildStep:

@@ -26,7 +26,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_wafv2 as wafv2
 from constructs import Construct
 
-from config import Deployment
+from config import Deployment, layout
 from config.processes import router_settings
 from contracts.registry import SHADOW_STAGE, SHADOW_STATUS
 from infra.bundle import router_bundle
@@ -177,7 +177,8 @@ class Router(Construct):
                 "AWS_LWA_INVOKE_MODE": "response_stream",
                 "AWS_LWA_PORT": str(WEB_PORT),
                 "AWS_LWA_READINESS_CHECK_PATH": "/_lwa/ready",
-                "POWERTOOLS_SERVICE_NAME": "lora-router",
+                # The service dimension of every metric, per environment (config.layout).
+                "POWERTOOLS_SERVICE_NAME": layout.router_service(dep.env.prefix),
                 "POWERTOOLS_METRICS_NAMESPACE": "LoraFleet",
                 "POWERTOOLS_LOG_LEVEL": "INFO",
                 "REDIS_URL": cache_url,

@@ -246,6 +246,13 @@ class Serving(Construct):
             self, stack, container_log_groups(dep), key, bucket, self.image.repository_arn
         )
         self.role.add_managed_policy(self.policy)
+        # The role may create its containers' log groups (AWS's CreateModel list), so it is
+        # deleted before them: CloudFormation deletes a resource's dependents first, and the
+        # ENI drain keeps the role for up to 55 minutes after the endpoint is gone. A group
+        # deleted while the role lived could come back unencrypted and without retention, and
+        # the next release's create of it would fail "already exists".
+        self.role.node.add_dependency(*self.log_groups)
+        self.policy.node.add_dependency(*self.log_groups)
         model_data = dep.base.model_data or bucket.s3_url_for_object(
             base_prefix(dep.base_key, dep.base.revision)
         )

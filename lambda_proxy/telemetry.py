@@ -5,10 +5,16 @@ infra/observability.py alarms on the namespace and service named here.
 
 from __future__ import annotations
 
+import os
+
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-NAMESPACE, SERVICE = "LoraFleet", "lora-router"
+#: The service is the environment's (``PREFIX-router``, set by infra/router.py in Powertools'
+#: own variable): two environments in one account and region must not share a metric identity,
+#: or one's alarms would fire on the other's failures.
+NAMESPACE = "LoraFleet"
+SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "lora-router"
 logger = Logger(service=SERVICE)
 tracer = Tracer(service=SERVICE)
 #: The buffered handler's metrics, flushed once per request by its decorator.

@@ -7,15 +7,18 @@ Each record is written twice:
 * a structured log line (``"message": "usage"`` with a ``usage`` object): the full record, the
   caller's whole identity included, which CloudWatch Logs Insights aggregates per tenant and
   adapter (``ops.usage``);
-* CloudWatch embedded metrics (EMF): ``Requests``, ``InputTokens`` and ``OutputTokens``, once
-  with the dimensions ``service`` and ``tenant`` and once with ``service`` and ``adapter``,
-  never tenant and adapter together. Every distinct dimension value is a custom metric that
-  CloudWatch bills monthly, so the values are bounded: ``adapter`` is a catalog name (a route
-  exists for it), and ``tenant`` is the catalog's own tenant name when the adapter's
-  ``allow.tenants`` lists the caller's tenant (ASCII, as CloudWatch requires of a dimension
-  value), else ``other`` (callers admitted by a wildcard or a principal ARN could be any
-  number). The tenant-by-adapter breakdown comes from the log lines, where cardinality costs
-  nothing extra.
+* CloudWatch embedded metrics (EMF): ``Requests``, ``InputTokens`` and ``OutputTokens`` with
+  the dimensions ``service`` and ``tenant``. Every distinct dimension value is a custom metric
+  that CloudWatch bills monthly ("whenever you add a unique name/value pair to one of your
+  metrics, you are creating a new variation of that metric", CloudWatch API reference,
+  Dimension), so the values are bounded by the catalog's tenants: ``tenant`` is the catalog's
+  own tenant name when the adapter's ``allow.tenants`` lists the caller's tenant (ASCII, as
+  CloudWatch requires of a dimension value), else ``other`` (callers admitted by a wildcard or
+  a principal ARN could be any number). There is no adapter dimension: it would cost three
+  metrics per adapter at a thousand adapters, and the per-adapter and tenant-by-adapter
+  breakdowns come from the log lines (``make usage``, the dashboard's Logs Insights panels),
+  where cardinality costs nothing extra; SageMaker publishes each component's invocations and
+  latency itself. ``make check`` prints the metric count (``config.costs``).
 
 Requests refused before they reach the model (identity, validation) are not usage; a request
 refused by its quota or failed by SageMaker is, with its status.
@@ -30,7 +33,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
 from contracts.routing import Route
-from contracts.usage import Usage
+from contracts.usage import USAGE_METRIC_NAMES, Usage
 from lambda_proxy.auth import Caller, qualified
 from lambda_proxy.telemetry import NAMESPACE, SERVICE, logger
 
@@ -42,6 +45,14 @@ ROUTES = ("native", "openai", "stream")
 
 #: Where else a record goes (the local gateway keeps them for ``python -m local usage``).
 SINKS: list[Callable[[dict[str, Any]], None]] = []
+#: The usage metrics, per tenant dimension value (``make check`` counts them).
+USAGE_METRICS: dict[str, Callable[[Usage], float]] = dict(
+    zip(
+        USAGE_METRIC_NAMES,
+        (lambda u: 1, lambda u: u.input_tokens, lambda u: u.output_tokens),
+        strict=True,
+    )
+)
 
 
 def tenant_dimension(caller: Caller | None, route: Route | None) -> str:
@@ -120,13 +131,11 @@ def record(u: Usage) -> None:
     body = asdict(u)
     try:
         logger.info("usage", extra={"usage": body})
-        for name, value in (("tenant", u.tenant_dimension), ("adapter", u.adapter)):
-            m = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
-            m.add_dimension(name=name, value=value)
-            m.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
-            m.add_metric(name="InputTokens", unit=MetricUnit.Count, value=u.input_tokens)
-            m.add_metric(name="OutputTokens", unit=MetricUnit.Count, value=u.output_tokens)
-            m.flush_metrics()
+        m = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
+        m.add_dimension(name="tenant", value=u.tenant_dimension)
+        for name, value in USAGE_METRICS.items():
+            m.add_metric(name=name, unit=MetricUnit.Count, value=value(u))
+        m.flush_metrics()
         for sink in SINKS:
             sink(body)
     except Exception:

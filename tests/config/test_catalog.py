@@ -448,3 +448,28 @@ def test_a_prefix_that_makes_no_valid_bucket_name_is_refused(tmp_path) -> None:
     catalog, environments = edited_config(tmp_path, environment=long_prefix)
     with pytest.raises(CatalogError, match="not a valid S3 bucket name"):
         load_deployment("dev", catalog, environments)
+
+
+def test_the_usage_metrics_make_check_counts_do_not_grow_with_the_catalog() -> None:
+    """Deploy review r4, N9: a metric per adapter would be thousands of custom metrics at the
+    catalog sizes that synthesize; the count is the tenants', and make check prints it."""
+    import dataclasses
+
+    from config.__main__ import usage_metrics_line
+
+    dep = load_deployment("dev")
+    line = usage_metrics_line(dep)
+    assert line is not None and "whatever the number of adapters" in line
+    bigger = dataclasses.replace(dep, adapters=dep.adapters * 50)
+    assert usage_metrics_line(bigger) == line
+    assert usage_metrics_line(load_deployment("local")) is None
+
+
+def test_a_deployable_environment_must_say_its_region(tmp_path) -> None:
+    """A default region is a stand-in: the file names where the environment lives."""
+    from config import CatalogError, load_deployment
+    from tests.infra.conftest import edited_config
+
+    catalog, environments = edited_config(tmp_path, environment=lambda env: env.pop("region"))
+    with pytest.raises(CatalogError, match="region: required"):
+        load_deployment("dev", catalog, environments)

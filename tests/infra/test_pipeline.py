@@ -24,15 +24,20 @@ account = _release_tests.account
 setup = _release_tests.setup
 pytestmark = pytest.mark.synth
 STACK = "lora-fleet-pipeline"
+#: What a user writes to switch the pipeline on: their repository and connection.
+ENABLED = {
+    "enabled": True,
+    "repository": "example-org/lora-fleet",
+    "connection_arn": "arn:aws:codeconnections:us-east-1:444455556666:connection/"
+    "6a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d",
+}
 
 
 @pytest.fixture(scope="module")
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("pipeline")
     cfg_file = tmp / "pipeline.yaml"
-    cfg_file.write_text(
-        yaml.safe_dump({**yaml.safe_load(PIPELINE_PATH.read_text()), "enabled": True})
-    )
+    cfg_file.write_text(yaml.safe_dump({**yaml.safe_load(PIPELINE_PATH.read_text()), **ENABLED}))
     cfg = load_pipeline(cfg_file)
     nag.ACKNOWLEDGEMENTS.clear()
     app = App(
@@ -371,3 +376,69 @@ def test_a_stage_in_another_account_is_refused_at_synth(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="releases into its own account only"):
         refuse_cross_account(cfg.model_copy(update={"account": "123456789012"}), other)
     refuse_cross_account(cfg.model_copy(update={"account": "210987654321"}), other)
+
+
+def test_the_release_and_synth_steps_outlast_codebuilds_default_hour(synthesized) -> None:
+    """Deploy review r4, N11: CodeBuild's default timeout is 60 minutes (CreateProject,
+    timeoutInMinutes); the release step builds the vLLM-based image and, once, moves the base."""
+    t = synthesized["template"]
+    projects = [
+        r["Properties"] for r in t["Resources"].values() if r["Type"] == "AWS::CodeBuild::Project"
+    ]
+    release = [p for p in projects if "make release" in json.dumps(p.get("Source", {}))]
+    assert release and all(p["TimeoutInMinutes"] >= 180 for p in release)
+    synth = [p for p in projects if "bash .ci/run" in json.dumps(p.get("Source", {}))]
+    assert synth and all(p["TimeoutInMinutes"] >= 120 for p in synth)
+
+
+def test_the_pipeline_synthesizes_under_the_nag_packs_with_its_accounts_named(tmp_path) -> None:
+    """The first-deploy checklist names the account in the pipeline and every stage's file
+    (refuse_cross_account demands it), in a region other than us-east-1: every acknowledgement
+    of the generated roles must still match its finding."""
+    from tests.infra.conftest import edited_config
+
+    account, region = "111122223333", "eu-west-1"
+    cfg = load_pipeline(PIPELINE_PATH).model_copy(
+        update={"enabled": True, "account": account, "region": region}
+    )
+    deployments = {}
+    for name in cfg.stages:
+
+        def named(env: dict) -> None:
+            env.update(account=account, region=region)
+
+        catalog, environments = edited_config(tmp_path / name, name, environment=named)
+        deployments[name] = load_deployment(name, catalog, environments)
+    nag.ACKNOWLEDGEMENTS.clear()
+    app = App(
+        outdir=str(tmp_path / "cdk.out"),
+        context=json.loads((ROOT / "cdk.json").read_text())["context"],
+    )
+    PipelineStack(
+        app,
+        STACK,
+        config=cfg,
+        deployments=deployments,
+        env=Environment(account=account, region=region),
+    )
+    nag.add_nag_packs(app)
+    assembly = app.synth()  # raises on any unacknowledged finding
+    manifest = json.loads((Path(assembly.directory) / "manifest.json").read_text())
+    assert not manifest.get("missing"), manifest["missing"]
+
+
+def test_an_enabled_pipeline_with_the_shipped_placeholders_is_refused(tmp_path: Path) -> None:
+    """The shipped file's repository and connection pass their patterns; enabled as they are,
+    the pipeline would deploy and then never read its source."""
+    from config import CatalogError
+
+    shipped = yaml.safe_load(PIPELINE_PATH.read_text())
+    for field in ("repository", "connection_arn"):
+        data = {**shipped, **ENABLED, field: shipped[field]}
+        path = tmp_path / f"{field}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        with pytest.raises(CatalogError, match="placeholder"):
+            load_pipeline(path)
+    path = tmp_path / "ok.yaml"
+    path.write_text(yaml.safe_dump({**shipped, **ENABLED}))
+    assert load_pipeline(path).enabled

@@ -100,8 +100,18 @@ def test_the_bundle_runs_the_web_app() -> None:
 
 def test_streams_that_fail_after_their_200_are_alarmed(dev_templates) -> None:
     """API Gateway counts a failed stream as a success (its status went out first), so the
-    router's own count of them pages, like the 5XXError alarm does for buffered answers."""
-    from lambda_proxy.telemetry import NAMESPACE, SERVICE
+    router's own count of them pages, like the 5XXError alarm does for buffered answers. The
+    alarm watches this environment's router only: its service dimension is the one the router's
+    environment names (two environments in one account would otherwise page each other)."""
+    from lambda_proxy.telemetry import NAMESPACE
+
+    fn = next(
+        r["Properties"]
+        for r in resources(dev_templates["lora-dev-router"], "AWS::Lambda::Function").values()
+        if "POWERTOOLS_SERVICE_NAME" in r["Properties"].get("Environment", {}).get("Variables", {})
+    )
+    service = fn["Environment"]["Variables"]["POWERTOOLS_SERVICE_NAME"]
+    assert service == "lora-dev-router"
 
     alarms = resources(dev_templates["lora-dev-observability"], "AWS::CloudWatch::Alarm")
     (stream,) = [
@@ -110,7 +120,7 @@ def test_streams_that_fail_after_their_200_are_alarmed(dev_templates) -> None:
         if a["Properties"].get("MetricName") == "StreamServerError"
     ]
     assert stream["Namespace"] == NAMESPACE
-    assert stream["Dimensions"] == [{"Name": "service", "Value": SERVICE}]
+    assert stream["Dimensions"] == [{"Name": "service", "Value": service}]
     assert stream["AlarmActions"] and stream["Statistic"] == "Sum"
 
 

@@ -347,3 +347,28 @@ def test_the_local_platform_runs_the_environments_the_template_holds(
         merged_environment(dep), LOCAL_RUNTIME_ONLY
     )
     assert merged["OPTION_ENABLE_LORA"] == "false" and "OPTION_MAX_LORAS" not in merged
+
+
+def test_the_execution_role_is_deleted_before_the_log_groups_it_may_create(dev_templates) -> None:
+    """Deploy review r4, N7: the role may call logs:CreateLogGroup on its containers' groups,
+    and the ENI drain keeps it up to 55 minutes after the endpoint; a group deleted meanwhile
+    could come back unencrypted, and the next create would fail "already exists". Each group
+    the role may create is a dependency of the role and its policy, so it is deleted after
+    them."""
+    t = dev_templates["lora-dev-serving"]
+    groups = {
+        lid
+        for lid, r in t["Resources"].items()
+        if r["Type"] == "AWS::Logs::LogGroup"
+        and str(r["Properties"].get("LogGroupName", "")).startswith("/aws/sagemaker/")
+    }
+    assert len(groups) >= 2
+    holders = {
+        lid: r
+        for lid, r in t["Resources"].items()
+        if r["Type"] in ("AWS::IAM::Role", "AWS::IAM::ManagedPolicy")
+        and ("ExecutionRole" in lid or "ExecutionPolicy" in lid)
+    }
+    assert {r["Type"] for r in holders.values()} == {"AWS::IAM::Role", "AWS::IAM::ManagedPolicy"}
+    for lid, r in holders.items():
+        assert groups <= set(r.get("DependsOn", [])), (lid, r.get("DependsOn"))

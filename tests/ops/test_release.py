@@ -639,13 +639,14 @@ def test_stacks_the_pipeline_deployed_are_done(setup, tmp_path) -> None:
     from infra import nag
     from infra.pipeline import PipelineStack
     from tests.infra.conftest import CLI_CONTEXT
+    from tests.infra.test_pipeline import ENABLED
 
     cfg_file = tmp_path / "pipeline.yaml"
     cfg_file.write_text(
         yaml.safe_dump(
             {
                 **yaml.safe_load(PIPELINE_PATH.read_text()),
-                "enabled": True,
+                **ENABLED,
                 "stages": ["dev"],
                 "approval_before": [],
             }

@@ -30,7 +30,7 @@ def test_no_reported_identity_fails() -> None:
     assert not _r({"name": "claims", "version": "1.2.0"}, status=424).ok
 
 
-def _canary_deployment(tmp_path):
+def _canary_deployment(tmp_path, **canary):
     import copy
 
     import yaml
@@ -39,7 +39,7 @@ def _canary_deployment(tmp_path):
 
     data = copy.deepcopy(yaml.safe_load(CATALOG_PATH.read_text()))
     data["adapters"] = data["adapters"][:1]
-    data["adapters"][0].update(version="1.0.0", canary={"version": "1.1.0", "weight": 25})
+    data["adapters"][0].update(version="1.0.0", canary=canary or {"version": "1.1.0", "weight": 25})
     path = tmp_path / "adapters.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return load_deployment("dev", path, ENVIRONMENTS_DIR)
@@ -83,3 +83,26 @@ def test_a_canary_is_smoked_too_and_a_canary_never_reached_fails(tmp_path) -> No
         assert rolled_back.calls == 3 + 4  # 3 + 100 / weight new session keys
     finally:
         rolled_back.close()
+
+
+def test_a_shadow_canary_requires_only_the_stable_version(tmp_path) -> None:
+    """A shadow canary serves no caller until the router's paired test promotes it: a release
+    with one must not end in a failed smoke check (stand-ins 3.4). Once promoted, its answers
+    are accepted beside the stable version's."""
+    from ops.smoke import invoke_all
+    from tests.fakes import HttpEndpoint
+
+    dep = _canary_deployment(tmp_path, version="1.1.0", shadow=0.5)
+    name = dep.adapters[0].name
+    shadow = HttpEndpoint(_router(name, ["1.0.0"]))
+    try:
+        assert [(r.version, r.ok) for r in invoke_all(dep, shadow.url)] == [("1.0.0", True)]
+        assert shadow.calls == 1
+    finally:
+        shadow.close()
+    promoted = HttpEndpoint(_router(name, ["1.1.0", "1.0.0"]))
+    try:
+        results = invoke_all(dep, promoted.url)
+        assert [(r.version, r.ok) for r in results] == [("1.0.0", True), ("1.1.0", True)]
+    finally:
+        promoted.close()
