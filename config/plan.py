@@ -21,6 +21,10 @@ from contracts.settings import slot_rank as contract_slot_rank
 #: sampler. An estimate (vLLM measures it at start and gives the KV cache what remains), so the
 #: planner's KV figure is an estimate too, and labelled as one.
 GPU_RUNTIME_RESERVE_GIB = 1.5
+#: vLLM 0.32's default share of device memory (``vllm/config/cache.py``,
+#: ``gpu_memory_utilization``); the planner's default too: vLLM already profiles weights, slots,
+#: activations and CUDA graphs inside it, so a lower one only takes KV cache away.
+VLLM_MEMORY_UTILIZATION = 0.92
 #: vLLM's own ``max_num_seqs`` for its API server on A10G/L4/L40S-class GPUs
 #: (``vllm/engine/arg_utils.py``, ``_set_default_args``; 1024 on H100): the batch is never planned
 #: above it.
@@ -67,6 +71,7 @@ class CapacityPlan:
     pinned_mib: float = 0.0
     max_cpu_loras: int = 0
     adapters: int = 0
+    headroom: float = VLLM_MEMORY_UTILIZATION
     warnings: tuple[str, ...] = ()
 
     def rows(self) -> list[tuple[str, str]]:
@@ -79,8 +84,12 @@ class CapacityPlan:
         )
         return [
             ("instance", f"{self.instance_type} ({self.device})"),
-            ("device memory", f"{self.device_gib:.1f} GiB"),
-            ("usable (headroom)", f"{self.usable_gib:.2f} GiB"),
+            ("device memory", f"{self.device_gib:.2f} GiB (as CUDA reports it)"),
+            (
+                "usable (headroom)",
+                f"{self.usable_gib:.2f} GiB (OPTION_VRAM_HEADROOM {self.headroom:g}; vLLM's "
+                f"gpu_memory_utilization, whose default is {VLLM_MEMORY_UTILIZATION:g})",
+            ),
             ("base weights", f"{self.base_gib:.2f} GiB"),
             ("minimum KV cache", f"{self.kv_gib:.2f} GiB (serving.kv_cache_gb)"),
             ("one device slot", f"{self.adapter_mib:.1f} MiB (slot rank, every projection)"),
@@ -97,6 +106,12 @@ class CapacityPlan:
                 "OPTION_MAX_BATCH_SIZE",
                 f"{self.max_num_seqs} ({self.batch_source}; KV tokens over "
                 f"{self.planned_context}-token sequences, at most {VLLM_MAX_NUM_SEQS})",
+            ),
+            (
+                "vLLM's multi-LoRA defaults",
+                f"gpu_memory_utilization {VLLM_MEMORY_UTILIZATION:g}, max_num_seqs "
+                f"{VLLM_MAX_NUM_SEQS} (bounded by the KV cache), max_loras = the distinct "
+                "adapters a batch mixes, max_cpu_loras >= the working set",
             ),
             (
                 "pinned host memory",
@@ -204,7 +219,14 @@ def plan(dep: Deployment) -> CapacityPlan:
         # catalog entry must not restart the base. The host tier bounds it (vLLM requires
         # max_cpu_loras >= max_loras), and every slot past what a batch mixes takes its
         # preallocation from the KV cache for nothing.
-        max_loras, source = max(1, min(fits, s.max_cpu_loras, DEFAULT_MAX_LORAS)), "planner"
+        #
+        # Nor more than the catalog can put in one batch: vLLM's scheduler mixes at most
+        # max_loras distinct adapters per step, and a slot no batch uses costs its KV share.
+        # Sized to the next power of two at or above the catalog, so a growing catalog restarts
+        # the base at most once per doubling.
+        catalog = 1 << max(0, len(dep.adapters) - 1).bit_length()
+        max_loras = max(1, min(fits, s.max_cpu_loras, DEFAULT_MAX_LORAS, catalog))
+        source = f"planner: the catalog's {len(dep.adapters)} adapters, next power of two"
     if pinned > max_loras:
         raise CapacityError(
             f"{where}: {pinned} pinned adapters exceed {max_loras} device slots; unpin some"
@@ -260,6 +282,7 @@ def plan(dep: Deployment) -> CapacityPlan:
         pinned_mib=pinned_bytes / 2**20,
         max_cpu_loras=s.max_cpu_loras,
         adapters=len(dep.adapters),
+        headroom=s.vram_headroom,
         warnings=tuple(warnings),
     )
 

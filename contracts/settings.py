@@ -159,7 +159,7 @@ class RuntimeSettings(EnvSettings):
     enable_lora: Annotated[bool, Env("OPTION_ENABLE_LORA")] = True
     #: The seed article's VRAM headroom: the share of device memory vLLM may take for weights,
     #: adapter slots and its paged KV cache (``gpu_memory_utilization``).
-    vram_headroom: Annotated[float, Env("OPTION_VRAM_HEADROOM"), Field(gt=0, le=1)] = 0.85
+    vram_headroom: Annotated[float, Env("OPTION_VRAM_HEADROOM"), Field(gt=0, le=1)] = 0.92
     #: Sequences vLLM runs at once (``max_num_seqs``).
     max_batch_size: Annotated[int, Env("OPTION_MAX_BATCH_SIZE"), Field(ge=1)] = 16
     #: vLLM's waiting queue: "priority" orders it by the sender's requests in flight (fair

@@ -40,7 +40,13 @@ from runtime.merged import MergedModel, load_merged
 from runtime.registry import AdapterRecord, AdapterRegistry, CapacityError, delete_owned
 from runtime.request import EngineError, GenRequest
 from runtime.schemas import for_decoding
-from runtime.telemetry import Telemetry, gpu_memory, host_rss_bytes, host_total_bytes
+from runtime.telemetry import (
+    Telemetry,
+    drop_unbounded_vllm_metrics,
+    gpu_memory,
+    host_rss_bytes,
+    host_total_bytes,
+)
 from runtime.vllm_args import engine_args, pick_dtype
 
 log = logging.getLogger("runtime.engine")
@@ -189,6 +195,7 @@ class Engine:
 
         args = AsyncEngineArgs(**engine_args(s, cuda=cuda))
         self.llm = await asyncio.to_thread(AsyncLLM.from_engine_args, args)
+        drop_unbounded_vllm_metrics(self.llm)
         self.base_info |= {
             "dtype": pick_dtype(s.dtype, cuda=cuda),
             "device": device_name(cuda),

@@ -8,6 +8,7 @@ which is what the playground's live-trace panel polls.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import logging
 import os
@@ -103,6 +104,28 @@ class Telemetry:
         in prometheus_client's global ``REGISTRY`` (with the process collectors); the names
         never meet ours (``lora_*``)."""
         return self.render() + generate_latest(REGISTRY)
+
+
+def drop_unbounded_vllm_metrics(llm: object) -> int:
+    """Unregister vLLM's ``vllm:lora_requests_info``; how many gauges were dropped.
+
+    Its labels are the comma-joined, ordered names of the adapters with a waiting or running
+    request (``vllm/v1/metrics/loggers.py``, PrometheusStatLogger), so every new mix of adapters
+    is a child series that is never removed: memory and scrape size grow without bound under
+    diverse traffic, against this server's own rule of bounded labels. vLLM's ``record`` skips a
+    gauge that is None; what the gauge meant to say, per adapter, is in this server's own
+    ``lora_*`` metrics. Upstream has deprecated the metric (vLLM PR #45411)."""
+    manager = getattr(llm, "logger_manager", None)
+    dropped = 0
+    for stat_logger in getattr(manager, "stat_loggers", None) or []:
+        gauge = getattr(stat_logger, "gauge_lora_info", None)
+        if gauge is None:
+            continue
+        with contextlib.suppress(KeyError):
+            REGISTRY.unregister(gauge)
+        stat_logger.gauge_lora_info = None
+        dropped += 1
+    return dropped
 
 
 def host_rss_bytes() -> int:

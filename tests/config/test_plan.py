@@ -36,10 +36,15 @@ def _env(tmp_path: Path, **serving: object) -> Path:
     return directory
 
 
-def test_the_seed_formula_on_a_g5_xlarge() -> None:
+def test_the_seed_formula_on_a_g5_xlarge_from_what_cuda_reports() -> None:
+    """GPU path review r2, 2.7: an A10G reports 23,028 MiB, not 24 GiB; vLLM's memory fraction
+    (its default 0.92, 2.5) applies to that."""
     dep = load_deployment("dev")
     p = plan(dep)
-    usable = 24.0 * dep.env.serving.vram_headroom
+    assert p.device_gib == pytest.approx(23028 / 1024)
+    assert dep.env.serving.vram_headroom == 0.92
+    assert p.usable_gib <= 0.92 * 22.5
+    usable = 23028 / 1024 * dep.env.serving.vram_headroom
     expected = int(
         (usable - base_bytes(dep.base) / GIB - dep.env.serving.kv_cache_gb)
         * GIB
@@ -47,7 +52,16 @@ def test_the_seed_formula_on_a_g5_xlarge() -> None:
     )
     assert p.fits == expected > 0
     s = dep.env.serving
-    assert p.max_loras == min(expected, s.max_cpu_loras, DEFAULT_MAX_LORAS)
+    catalog = 1 << (len(dep.adapters) - 1).bit_length()
+    assert p.max_loras == min(expected, s.max_cpu_loras, DEFAULT_MAX_LORAS, catalog)
+
+
+def test_slots_are_sized_to_the_catalog_not_to_sixteen() -> None:
+    """GPU path review r2, 2.8: vLLM mixes at most max_loras adapters per step, so an 8-adapter
+    catalog's 8 unused slots only took KV cache (rank 64: 252 MiB each)."""
+    dep = load_deployment("dev")
+    assert len(dep.adapters) <= 8
+    assert plan(dep).max_loras == 1 << (len(dep.adapters) - 1).bit_length() <= 8
 
 
 def test_a_slot_is_what_vllm_preallocates_max_rank_every_projection_base_dtype() -> None:
@@ -74,17 +88,27 @@ def test_an_explicit_setting_that_fits_is_kept(tmp_path: Path) -> None:
     assert (p.max_loras, p.source) == (4, "environment")
 
 
-def test_adding_an_adapter_no_larger_than_the_largest_keeps_the_plan(tmp_path: Path) -> None:
+def _with_adapters(tmp_path: Path, count: int) -> Path:
     data = copy.deepcopy(REAL)
-    data["adapters"].append(
-        {"name": "extra", "version": "1", "base": "qwen3-4b", "task": "sales_json"}
-    )
-    path = tmp_path / "adapters.yaml"
+    extra = [
+        {"name": f"extra-{i}", "version": "1", "base": "qwen3-4b", "task": "sales_json"}
+        for i in range(max(0, count - len(data["adapters"])))
+    ]
+    data["adapters"] = (data["adapters"] + extra)[:count]
+    path = tmp_path / f"adapters-{count}.yaml"
     path.write_text(yaml.safe_dump(data))
-    # What the base's container is started with stays (its pinned host memory grows).
-    assert runtime_settings(load_deployment("dev", path)) == runtime_settings(
-        load_deployment("dev")
+    return path
+
+
+def test_adding_an_adapter_within_its_power_of_two_keeps_the_plan(tmp_path: Path) -> None:
+    """What the base's container is started with stays while the catalog grows inside the same
+    power of two (its pinned host memory grows); crossing one doubles the slots, once."""
+    five, eight = _with_adapters(tmp_path, 5), _with_adapters(tmp_path, 8)
+    assert runtime_settings(load_deployment("dev", five)) == runtime_settings(
+        load_deployment("dev", eight)
     )
+    nine = load_deployment("dev", _with_adapters(tmp_path, 9))
+    assert plan(nine).max_loras == 16 > plan(load_deployment("dev", eight)).max_loras
 
 
 def test_cli_prints_the_table() -> None:

@@ -450,6 +450,10 @@ def test_the_first_day_as_configured_from_make_up_to_destroy_and_back(world) -> 
     assert any(f"lora-dev-{removed}: its entry left the catalog; deleted" in m for m in logs)
     assert world["release"]().run() == dict.fromkeys(STEPS, "done")
 
+    # A shadow canary: published by hand as the docs say, registered in the lifecycle stage the
+    # router may record decisions in (and only that package), approved, released.
+    _shadow_canary_release(world, dep.adapters[0].name)
+
     # Tear down in the environment's region, whatever the shell's is, and release again.
     from ops.teardown import teardown
 
@@ -474,6 +478,50 @@ def test_the_first_day_as_configured_from_make_up_to_destroy_and_back(world) -> 
     assert outcome["deploy"] == "ran" and outcome["smoke"] == "ran", outcome
     assert not [c for c in tools.calls if c[0] == "train"], "recreated from the kept archives"
     assert world["release"]().run() == dict.fromkeys(STEPS, "done")
+
+
+def _shadow_canary_release(world: dict, name: str) -> None:
+    from config.writer import update_adapter
+    from training.package import pack, read_manifest, sha256_file, write_manifest
+    from training.publish import publish
+
+    update_adapter(name, {"canary": {"version": "9.0.0", "shadow": 0.5}}, world["catalog"])
+    archive = fakes.make_archive(world["tmp"] / "canary", name, world["release"]().dep)
+    work = world["tmp"] / "canary" / name
+    write_manifest(work, read_manifest(archive).model_copy(update={"version": "9.0.0"}))
+    pack(work, archive)
+    r = world["release"]()
+    publish(
+        archive,
+        name,
+        "dev",
+        bucket=r.bucket,
+        s3=r.s3,
+        catalog=world["catalog"],
+        environments_dir=r.environments_dir,
+        record_uri=False,
+        kms_key=r._kms_key(),
+        describe_job=lambda job, region: {
+            **fakes.job_record(job, region),
+            "HyperParameters": {"adapter": name, "version": "9.0.0"},
+        },
+        job_archive=lambda uri, adapter, region: sha256_file(archive),
+        canary=True,
+        registry=r.sm,
+    )
+    sm = boto3.client("sagemaker", region_name=REGION)
+    stages = {}
+    for summary in sm.list_model_packages(
+        ModelPackageGroupName=f"lora-dev-{name}", ModelPackageType="Versioned"
+    )["ModelPackageSummaryList"]:
+        pkg = sm.describe_model_package(ModelPackageName=summary["ModelPackageArn"])
+        stages[pkg["CustomerMetadataProperties"]["version"]] = pkg.get("ModelLifeCycle")
+    canary = stages.pop("9.0.0")
+    assert (canary["Stage"], canary["StageStatus"]) == ("shadow-canary", "judging")
+    assert set(stages.values()) == {None}, "a stable version is never in the shadow stage"
+    fakes.approve_all(world, by="rehearsal", region=REGION)
+    outcome = world["release"]().run()
+    assert outcome["deploy"] == "ran" and outcome["smoke"] == "ran", outcome
 
 
 def _new_entry() -> dict:

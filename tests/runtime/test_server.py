@@ -413,6 +413,34 @@ def test_unknown_adapter_names_never_become_metric_labels(server) -> None:
     assert "probe-" not in text and "__unregistered__" in text
 
 
+def test_vllms_per_mix_lora_gauge_never_grows_on_metrics(server, adapters) -> None:
+    """GPU path review r2, 2.4: vLLM's ``vllm:lora_requests_info`` is labelled with the ordered
+    list of busy adapters, so every new mix is a series never removed. After 100 requests over
+    the registered adapters in shuffled order, concurrently, /metrics holds none of it (and the
+    server's own bounded lora_* metrics are still there)."""
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = ["attn-r4", "mlp-r8", "all-r16", "qo-r2"]
+    for name in names:
+        r = server.client.post("/adapters", json={"name": name, "src": str(adapters[name])})
+        assert r.status_code == 200, r.text
+    order = [names[i % len(names)] for i in range(100)]
+    random.Random(7).shuffle(order)
+
+    def ask(name: str) -> int:
+        return server.invoke(name, inputs="hi", parameters={"max_new_tokens": 2}).status_code
+
+    with ThreadPoolExecutor(4) as pool:
+        assert set(pool.map(ask, order)) == {200}
+    text = server.client.get("/metrics").text
+    series = [line for line in text.splitlines() if line.startswith("vllm:lora_requests_info")]
+    assert len(series) <= 1, series[:5]
+    assert "lora_requests_total" in text or "lora_" in text
+    for name in names:
+        server.client.delete(f"/adapters/{name}")
+
+
 def test_an_oversized_body_is_refused_by_its_content_length_before_reading(server) -> None:
     import socket
 
