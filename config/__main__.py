@@ -181,11 +181,22 @@ def _account_warnings(dep: Deployment) -> list[str]:
     account-agnostic stacks (AZs picked by name, quotas unknown). Warned here, where the shipped
     environment files are checked before anyone has an account; ``make preflight``, the first
     step of ``make release``, refuses it."""
-    if not dep.env.deployable or dep.env.account is not None:
+    if not dep.env.deployable:
         return []
+    quiet = (
+        []
+        if dep.env.observability.alarm_emails
+        else [
+            f"  warning: environment {dep.env.name!r}: its alarms notify no one: list on-call in "
+            "observability.alarm_emails, or subscribe to its topic by hand"
+        ]
+    )
+    if dep.env.account is not None:
+        return quiet
     return [
+        *quiet,
         f"  warning: environment {dep.env.name!r} names no account: set `account:` in its file "
-        "before releasing (make preflight refuses it; AZs and quotas are planned per account)"
+        "before releasing (make preflight refuses it; AZs and quotas are planned per account)",
     ]
 
 

@@ -60,6 +60,17 @@ def bucket_problem(prefix: str, region: str, configured: str | None = None) -> s
     return None
 
 
+def bootstrap_parameter() -> str:
+    """The CDK bootstrap's version parameter for the qualifier ``cdk.json`` sets (CDK's default
+    ``hnb659fds`` when it sets none: the CDK guide, "Customize bootstrapping")."""
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    context = json.loads((root / "cdk.json").read_text()).get("context", {})
+    qualifier = context.get("@aws-cdk/core:bootstrapQualifier", "hnb659fds")
+    return f"/cdk-bootstrap/{qualifier}/version"
+
+
 def router_service(prefix: str) -> str:
     """The router's metric identity (the ``service`` dimension of its EMF metrics and the
     alarms on them): one per environment, so two environments in one account and region never

@@ -861,6 +861,12 @@ class RouterConfig(_Strict):
     #: Python function's response. awslabs/aws-lambda-web-adapter publishes it from account
     #: 753240598075; AWS's REST streaming sample (serverless-patterns) uses version 25.
     web_adapter_layer_version: int = Field(default=25, ge=1)
+    web_adapter_layer_arn: str | None = Field(
+        default=None,
+        pattern=r"^arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:layer:[A-Za-z0-9_-]+:\d+$",
+        description="the Lambda Web Adapter layer (arm64) by ARN, where AWS's public one is not "
+        "published (the aws-cn and aws-us-gov partitions): a copy in your account",
+    )
     memory_mb: int = Field(default=512, ge=128, le=10240)
     max_new_tokens_cap: int = Field(default=RouterSettings.default("max_new_tokens_cap"), ge=1)
     max_stop_sequences: int = Field(default=RouterSettings.default("max_stop_sequences"), ge=0)
@@ -991,6 +997,20 @@ class NetworkConfig(_Strict):
 
 class ObservabilityConfig(_Strict):
     log_retention_days: int = Field(default=365, ge=1)
+    alarm_emails: list[str] = Field(
+        default_factory=list,
+        description="addresses the alarm topic notifies (each confirms its subscription once); "
+        "none: subscribe on-call to the topic PREFIX alarms yourself",
+    )
+
+    @field_validator("alarm_emails")
+    @classmethod
+    def _emails(cls, v: list[str]) -> list[str]:
+        bad = [a for a in v if not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", a)]
+        if bad:
+            raise ValueError(f"not e-mail addresses: {bad}")
+        return v
+
     latency_alarm_p99_ms: int = Field(default=20000, ge=1)
     error_alarm_5xx_per_5min: int = Field(default=5, ge=1)
 
@@ -1057,9 +1077,28 @@ class Environment(_Strict):
     def _account_as_written(cls, v: object) -> object:
         """``account: 111122223333`` unquoted is an integer to YAML; an account is 12 digits,
         leading zeros included, so an integer is read back as those 12 digits."""
-        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 10**12:
-            return f"{v:012d}"
+        if isinstance(v, int) and not isinstance(v, bool):
+            if 10**11 <= v < 10**12:
+                return str(v)
+            # YAML reads an unquoted number with a leading zero as octal (012345670123 is
+            # 1402433619) or drops the zero: the digits written are lost, so quote it.
+            raise ValueError(
+                f'account {v} is not the 12 digits written: quote it (account: "0..."); '
+                "YAML reads a number with a leading zero as another number"
+            )
         return v
+
+    @model_validator(mode="after")
+    def _web_adapter_in_partition(self) -> Environment:
+        """awslabs publishes the Lambda Web Adapter layer from its account in the commercial
+        regions only; elsewhere the router needs a copy named by ARN."""
+        other = self.region.startswith(("cn-", "us-gov-", "us-iso"))
+        if self.deployable and other and self.router.web_adapter_layer_arn is None:
+            raise ValueError(
+                f"router.web_adapter_layer_arn: required in {self.region}, where AWS's public "
+                "Lambda Web Adapter layer is not published; publish a copy in your account"
+            )
+        return self
 
     @model_validator(mode="after")
     def _zones_in_region(self) -> Environment:

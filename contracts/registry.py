@@ -25,6 +25,11 @@ SHADOW_STATUS = {"rollback": "rolled-back", "promote": "promoted", "held": "held
 #: only packages in SHADOW_STAGE may be updated by the router (its policy conditions on the
 #: package's current stage), and a stable version never is in it.
 SHADOW_PENDING = "judging"
+#: The tag publish puts on a shadow canary's package (CreateModelPackage's Tags), which the
+#: router's UpdateModelPackage permission requires (``aws:ResourceTag``, a condition key the
+#: Service Authorization Reference gives the model-package resource). A stable version never
+#: carries it, and the router may not tag.
+SHADOW_TAG = "lora-fleet-stage"
 #: CustomerMetadataProperties holds at most this many entries (botocore's sagemaker model,
 #: shape CustomerMetadataMap).
 METADATA_MAX = 50

@@ -175,11 +175,24 @@ class Network(Construct):
                 )
 
 
+def external_model_data(dep: Deployment) -> list[str]:
+    """S3 URIs of model data outside the environment's bucket: the base's ``model_data`` and
+    any ``artifact`` an adapter or its canary names (a canary's archive counts: its component
+    downloads it through the same endpoint with the same role)."""
+    uris = [
+        dep.base.model_data,
+        *(a.entry.artifact for a in dep.adapters),
+        *(a.entry.canary.artifact for a in dep.adapters if a.entry.canary is not None),
+    ]
+    own = f"s3://{artifact_bucket_name(dep)}/"
+    return sorted({u for u in uris if u and not u.startswith(own)})
+
+
 def model_buckets(dep: Deployment) -> list[str]:
     """Every bucket SageMaker reads model data from: the environment's artifact bucket, and any
-    other that the catalog's base ``model_data`` or an adapter's ``artifact`` names."""
-    uris = [dep.base.model_data, *(a.entry.artifact for a in dep.adapters)]
-    others = {u.removeprefix("s3://").split("/", 1)[0] for u in uris if u}
+    other that the catalog's base ``model_data`` or an adapter's (or canary's) ``artifact``
+    names."""
+    others = {u.removeprefix("s3://").split("/", 1)[0] for u in external_model_data(dep)}
     return [artifact_bucket_name(dep), *sorted(others - {artifact_bucket_name(dep)})]
 
 

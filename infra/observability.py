@@ -18,6 +18,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as sns_subs
 from constructs import Construct
 
 from config import Deployment, layout
@@ -122,6 +123,10 @@ class Observability(Construct):
         self.topic = sns.Topic(
             self, "Alarms", display_name=f"{prefix} alarms", master_key=self.key, enforce_ssl=True
         )
+        # Who is paged: an alarm on a topic nobody subscribes to notifies no one. SNS asks each
+        # address to confirm its subscription before it delivers to it.
+        for address in self.dep.env.observability.alarm_emails:
+            self.topic.add_subscription(sns_subs.EmailSubscription(address))
 
     def _trace_metrics(self) -> None:
         """The runtime's trace lines (one JSON line per adapter load and eviction) as metrics,

@@ -29,8 +29,17 @@ from config.schema import PipelineConfig
 from infra.nag import acknowledge, nag_account, nag_arn
 from infra.stacks import build
 
-SMOKE_ROLE = "lora-fleet-pipeline-smoke"
-RELEASE_ROLE = "lora-fleet-pipeline-release"
+
+def smoke_role_name(region: str) -> str:
+    """IAM role names are per account: a second pipeline of the same account (in another
+    region) would collide on a name without its region."""
+    return f"lora-fleet-pipeline-smoke-{region}"
+
+
+def release_role_name(region: str) -> str:
+    return f"lora-fleet-pipeline-release-{region}"
+
+
 #: The CI script the synth step runs is the one pull requests run (.ci/run).
 SYNTH_COMMANDS = ["bash .ci/run", "npx --no-install cdk synth -c pipeline=true -q"]
 #: CodeBuild's standard 7.0 image carries several Pythons; the project needs 3.11 or newer
@@ -91,7 +100,7 @@ class PipelineStack(Stack):
         self.pipeline = pipelines.CodePipeline(
             self,
             "Pipeline",
-            pipeline_name="lora-fleet",
+            pipeline_name=f"lora-fleet-{config.region}",
             synth=synth,
             artifact_bucket=self.artifacts,
             code_build_defaults=pipelines.CodeBuildOptions(
@@ -104,14 +113,14 @@ class PipelineStack(Stack):
         self.smoke_role = iam.Role(
             self,
             "SmokeRole",
-            role_name=SMOKE_ROLE,
+            role_name=smoke_role_name(config.region),
             assumed_by=iam.ServicePrincipal("codebuild.amazonaws.com"),
             description="Invokes every adapter through each environment's router after deploy",
         )
         self.release_role = iam.Role(
             self,
             "ReleaseRole",
-            role_name=RELEASE_ROLE,
+            role_name=release_role_name(config.region),
             assumed_by=iam.ServicePrincipal("codebuild.amazonaws.com"),
             description="Pushes the runtime image, stages base weights and adapter archives",
         )
@@ -284,7 +293,7 @@ class PipelineStack(Stack):
             # stack, and the account's SageMaker quotas.
             iam.PolicyStatement(
                 actions=["ssm:GetParameter"],
-                resources=[arn("ssm", "parameter", "cdk-bootstrap/hnb659fds/version")],
+                resources=[arn("ssm", "parameter", layout.bootstrap_parameter().lstrip("/"))],
             ),
             iam.PolicyStatement(
                 actions=["cloudformation:DescribeStacks"],
@@ -293,6 +302,13 @@ class PipelineStack(Stack):
             iam.PolicyStatement(
                 actions=["servicequotas:GetServiceQuota"],
                 resources=[arn("servicequotas", "sagemaker/*", "", ArnFormat.NO_RESOURCE_NAME)],
+            ),
+            # The router's reserved concurrency, read back on a later release.
+            iam.PolicyStatement(
+                actions=["lambda:GetFunctionConcurrency"],
+                resources=[
+                    arn("lambda", "function", f"{prefix}-router", ArnFormat.COLON_RESOURCE_NAME)
+                ],
             ),
             # None has a resource-level form (Service Authorization Reference). SageMaker's
             # guide, "Amazon SageMaker API Permissions": "Except for the ListTags API,
@@ -303,6 +319,11 @@ class PipelineStack(Stack):
                     "ecr:GetAuthorizationToken",
                     "sts:GetCallerIdentity",
                     "servicequotas:ListServiceQuotas",
+                    # A quota with no applied value is read from AWS's defaults (preflight).
+                    "servicequotas:ListAWSDefaultServiceQuotas",
+                    "servicequotas:GetAWSDefaultServiceQuota",
+                    "lambda:GetAccountSettings",
+                    "ec2:DescribeAvailabilityZones",
                     "sagemaker:ListModelPackages",
                 ],
                 resources=["*"],

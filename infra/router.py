@@ -28,7 +28,7 @@ from constructs import Construct
 
 from config import Deployment, layout
 from config.processes import router_settings
-from contracts.registry import SHADOW_STAGE, SHADOW_STATUS
+from contracts.registry import SHADOW_STAGE, SHADOW_STATUS, SHADOW_TAG
 from infra.bundle import router_bundle
 from infra.lifecycle import removal_policy, retention
 from infra.nag import acknowledge, checkov_skip, nag_arn
@@ -156,7 +156,9 @@ class Router(Construct):
             # The Lambda Web Adapter (the layer, started by the exec wrapper) runs this script,
             # which serves lambda_proxy.web with uvicorn; the adapter relays each invocation.
             handler="run.sh",
-            layers=[web_adapter_layer(self, stack, r.web_adapter_layer_version)],
+            layers=[
+                web_adapter_layer(self, stack, r.web_adapter_layer_version, r.web_adapter_layer_arn)
+            ],
             code=lambda_.Code.from_asset(
                 str(code_dir), asset_hash=code_hash, asset_hash_type=AssetHashType.CUSTOM
             ),
@@ -362,9 +364,12 @@ class Router(Construct):
         )
 
 
-def web_adapter_layer(scope: Construct, stack: Stack, version: int) -> lambda_.ILayerVersion:
-    """AWS's Lambda Web Adapter for arm64, in the function's region."""
-    arn = stack.format_arn(
+def web_adapter_layer(
+    scope: Construct, stack: Stack, version: int, arn: str | None = None
+) -> lambda_.ILayerVersion:
+    """AWS's Lambda Web Adapter for arm64, in the function's region (or the copy ``arn`` names,
+    where the public one is not published)."""
+    arn = arn or stack.format_arn(
         service="lambda",
         account=WEB_ADAPTER_ACCOUNT,
         resource="layer",
@@ -515,8 +520,8 @@ def registry_policy(scope: Construct, stack: Stack, dep: Deployment) -> iam.Mana
     resource condition keys the Service Authorization Reference gives ``UpdateModelPackage``:
     no approval status (``sagemaker:ModelApprovalStatus`` absent: approving stays a person's,
     ``training.approve``), no metadata removed, the shadow canary's stage with one of its
-    statuses, and never over a stage someone else set (``sagemaker:CurrentModelLifeCycleStage``
-    when the package has one)."""
+    statuses, and only on a package publish tagged as a shadow canary's (``aws:ResourceTag``;
+    ``contracts.registry.SHADOW_TAG``), which a stable version never is."""
     groups = shadow_groups(dep)
     if not groups:
         return None
@@ -549,14 +554,15 @@ def registry_policy(scope: Construct, stack: Stack, dep: Deployment) -> iam.Mana
                         "sagemaker:ModelApprovalStatus": "true",
                         "sagemaker:CustomerMetadataPropertiesToRemove": "true",
                     },
-                    # Only a package already in the shadow-canary stage (publish registers a
-                    # shadow canary there; a stable version never is): StringEquals, not
-                    # IfExists, since a package with no stage carries no such key and IfExists
-                    # would admit it, so the router could rewrite a stable version's record.
+                    # Only a package publish tagged as a shadow canary's: a stable version has
+                    # no such tag, and the router may not tag. The resource tag is a condition
+                    # key the Service Authorization Reference gives the model-package resource;
+                    # a stage-based key (CurrentModelLifeCycleStage) is in none of AWS's pages
+                    # we could read, and an IfExists on it admitted every stable version.
                     "StringEquals": {
                         "sagemaker:ModelLifeCycle:Stage": SHADOW_STAGE,
                         "sagemaker:ModelLifeCycle:StageStatus": sorted(SHADOW_STATUS.values()),
-                        "sagemaker:CurrentModelLifeCycleStage": SHADOW_STAGE,
+                        f"aws:ResourceTag/{SHADOW_TAG}": SHADOW_STAGE,
                     },
                 },
             ),

@@ -34,6 +34,7 @@ from infra.adapters import construct_id as id_of
 from infra.eni_drain import EniDrain
 from infra.lifecycle import removal_policy, retention
 from infra.nag import acknowledge, checkov_skip, nag_account
+from infra.network import external_model_data
 
 VARIANT = "AllTraffic"
 #: The image runs vLLM 0.32.0's CUDA build, whose torch 2.13.0 is built on CUDA 13.0
@@ -243,7 +244,13 @@ class Serving(Construct):
         )
         self.image = Image(self, dep)
         self.policy = execution_policy(
-            self, stack, container_log_groups(dep), key, bucket, self.image.repository_arn
+            self,
+            stack,
+            container_log_groups(dep),
+            key,
+            bucket,
+            self.image.repository_arn,
+            external_archives=[u for u in external_model_data(dep) if u.endswith(".tar.gz")],
         )
         self.role.add_managed_policy(self.policy)
         # The role may create its containers' log groups (AWS's CreateModel list), so it is
@@ -568,8 +575,11 @@ def execution_policy(
     key: kms.IKey,
     bucket: s3.IBucket,
     repository_arn: str,
+    external_archives: list[str] | None = None,
 ) -> iam.ManagedPolicy:
-    """Read the base and adapter prefixes, pull the image, write the base component's logs."""
+    """Read the base and adapter prefixes, pull the image, write the base component's logs.
+    ``external_archives``: archives the catalog names outside the environment's bucket (an
+    entry's or a canary's ``artifact``), each readable by its exact object ARN."""
     policy = iam.ManagedPolicy(
         scope,
         "ExecutionPolicy",
@@ -592,6 +602,20 @@ def execution_policy(
                         "s3:prefix": [f"{BASE_PREFIX}*", f"{ADAPTER_PREFIX}*", f"{MERGED_PREFIX}*"]
                     }
                 },
+            ),
+            *(
+                [
+                    iam.PolicyStatement(
+                        sid="ReadArchivesTheCatalogNamesElsewhere",
+                        actions=["s3:GetObject"],
+                        resources=[
+                            f"arn:{stack.partition}:s3:::{u.removeprefix('s3://')}"
+                            for u in external_archives
+                        ],
+                    )
+                ]
+                if external_archives
+                else []
             ),
             iam.PolicyStatement(
                 sid="DecryptArtifacts",

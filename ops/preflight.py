@@ -34,6 +34,7 @@ from typing import Any
 
 from config import ENVIRONMENTS_DIR, Deployment, load_deployment
 from config.aws import AwsEnv
+from config.layout import bootstrap_parameter
 from config.quotas import endpoint_instances_needed, quota_name, training_quota_name
 from contracts.principals import caller_keys, match_key
 
@@ -46,18 +47,6 @@ SAGEMAKER = "sagemaker"
 #: functions that don't have reserved concurrency" (Lambda developer guide, "Configuring
 #: reserved concurrency").
 LAMBDA_UNRESERVED_FLOOR = 100
-
-
-def bootstrap_parameter() -> str:
-    """The bootstrap version parameter for the qualifier ``cdk.json`` sets (CDK's default
-    ``hnb659fds`` when it sets none: the CDK guide, "Customize bootstrapping")."""
-    import json
-
-    from config.loader import REPO_ROOT
-
-    context = json.loads((REPO_ROOT / "cdk.json").read_text()).get("context", {})
-    qualifier = context.get("@aws-cdk/core:bootstrapQualifier", "hnb659fds")
-    return f"/cdk-bootstrap/{qualifier}/version"
 
 
 @dataclass(frozen=True)
@@ -221,6 +210,39 @@ def check_training_quota(dep: Deployment, quotas: Any) -> Finding:
     )
 
 
+def check_zones(dep: Deployment, ec2: Any) -> Finding:
+    """The VPC's zones exist for this account: the named ones, or at least ``max_azs`` that
+    ``Fn::GetAZs`` can list (past them, ``Fn::Select`` fails the network stack at deploy)."""
+    answer = ec2.describe_availability_zones(
+        Filters=[
+            {"Name": "zone-type", "Values": ["availability-zone"]},
+            {"Name": "state", "Values": ["available"]},
+        ]
+    )
+    found = sorted(z["ZoneName"] for z in answer["AvailabilityZones"])
+    net = dep.env.network
+    if net.availability_zones:
+        missing = sorted(set(net.availability_zones) - set(found))
+        if missing:
+            return Finding(
+                "zones",
+                False,
+                f"network.availability_zones names {', '.join(missing)}, which this account does "
+                f"not have available in {dep.env.region} (it has {', '.join(found)})",
+            )
+        return Finding("zones", True, f"{', '.join(net.availability_zones)} are available")
+    if len(found) < net.max_azs:
+        return Finding(
+            "zones",
+            False,
+            f"network.max_azs is {net.max_azs}, but {dep.env.region} has {len(found)} zones "
+            f"available to this account ({', '.join(found)}); lower it or name the zones",
+        )
+    return Finding(
+        "zones", True, f"{net.max_azs} of {len(found)} available zones ({', '.join(found)})"
+    )
+
+
 def check_lambda_concurrency(dep: Deployment, lam: Any) -> Finding:
     """The router's reserved concurrency must leave Lambda's 100 unreserved executions.
 
@@ -271,6 +293,7 @@ def run(
     quotas = aws.client("service-quotas")
     findings += check_quotas(dep, quotas, environments_dir)
     findings.append(check_lambda_concurrency(dep, aws.client("lambda")))
+    findings.append(check_zones(dep, aws.client("ec2")))
     if training:
         findings.append(check_training_quota(dep, quotas))
     return findings

@@ -91,10 +91,17 @@ def comparable(template: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def stuck_remedy(stack: str, status: str) -> str:
+def stuck_remedy(stack: str, status: str, protected: bool = False) -> str:
     """What clears a stack state that no deploy can go on from (CloudFormation's stack status
-    codes, user guide "Stack status codes"; deploy review r3, finding 17), in a sentence. The
-    runbook in docs/operate.md says more."""
+    codes, user guide "Stack status codes"), in a sentence. The runbook in docs/operate.md says
+    more. ``protected``: the stack has termination protection, which refuses DeleteStack
+    ("Protect CloudFormation stacks from being deleted"), so it is turned off first."""
+    unprotect = (
+        f"turn its termination protection off (aws cloudformation update-termination-protection "
+        f"--no-enable-termination-protection --stack-name {stack}), then "
+        if protected
+        else ""
+    )
     if status == "UPDATE_ROLLBACK_FAILED":
         return (
             f"continue the rollback (aws cloudformation continue-update-rollback --stack-name "
@@ -103,15 +110,16 @@ def stuck_remedy(stack: str, status: str) -> str:
         )
     if status in ("ROLLBACK_COMPLETE", "ROLLBACK_FAILED"):
         return (
-            "its first create failed and cannot be updated: read why in its events, delete it "
-            f"(aws cloudformation delete-stack --stack-name {stack}; nothing a failed create "
-            "made is kept) and run the release again"
+            "its first create failed and cannot be updated: read why in its events, "
+            f"{unprotect}delete it (aws cloudformation delete-stack --stack-name {stack}; "
+            "nothing a failed create made is kept) and run the release again"
         )
     if status == "DELETE_FAILED":
         return (
             "a resource blocked its deletion (for the network stack, usually the ENIs SageMaker "
-            "removes after its endpoint: wait, then retry); see its events, then delete it again "
-            f"(aws cloudformation delete-stack --stack-name {stack}) and run the release"
+            f"removes after its endpoint: wait, then retry); see its events, then {unprotect}"
+            f"delete it again (aws cloudformation delete-stack --stack-name {stack}) and run the "
+            "release"
         )
     if status.endswith("_IN_PROGRESS"):
         return (
@@ -357,7 +365,11 @@ class Release:
             name = registry_stack_name(self.dep, i)
             try:
                 body = self.cfn.get_template(StackName=name)["TemplateBody"]
-            except ClientError:
+            except ClientError as exc:
+                # Only a stack that does not exist is skipped: an AccessDenied read as "no
+                # stack" would call every group outside one.
+                if exc.response["Error"]["Code"] != "ValidationError":
+                    raise
                 continue
             out[name] = _groups_in(json.loads(body) if isinstance(body, str) else body)
         return out
@@ -383,12 +395,15 @@ class Release:
                 continue
             try:
                 self.sm.describe_model_package_group(ModelPackageGroupName=a.component_name)
-            except ClientError:
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] not in ("ValidationException", "ResourceNotFound"):
+                    raise
                 continue
             out.append(
                 f"model package group {a.component_name} exists outside any stack (kept when "
                 f"its entry was removed): adopt it with `npx cdk import --app "
-                f"{self._outdir} {registry_stack_of(self.dep, a.name)}` before releasing"
+                f"{self._outdir} {registry_stack_of(self.dep, a.name)}` before releasing (the "
+                "CLI asks for the group's ARN, its primary identifier)"
             )
         return out
 
@@ -421,7 +436,8 @@ class Release:
         except ClientError:
             return "not deployed"
         if (status := stack["StackStatus"]) not in STABLE:
-            return f"in state {status}: {stuck_remedy(name, status)}"
+            protected = bool(stack.get("EnableTerminationProtection"))
+            return f"in state {status}: {stuck_remedy(name, status, protected)}"
         return "done"
 
     def foundation_missing(self) -> list[str]:

@@ -22,11 +22,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from typing import Any
 
 from config import Deployment, ResolvedAdapter
 from contracts.manifests import AdapterManifest
-from contracts.registry import APPROVED, PENDING, SHADOW_PENDING, SHADOW_STAGE, Package, find
+from contracts.registry import (
+    APPROVED,
+    PENDING,
+    SHADOW_PENDING,
+    SHADOW_STAGE,
+    SHADOW_TAG,
+    Package,
+    find,
+)
 
 #: CreateModelPackage's CustomerMetadataProperties: values of at most 256 characters of this
 #: class (botocore's sagemaker model, shape CustomerMetadataValue).
@@ -135,7 +144,8 @@ def register(
                 "Stage": SHADOW_STAGE,
                 "StageStatus": SHADOW_PENDING,
                 "StageDescription": "a shadow canary: mirrored and judged, not yet serving",
-            }
+            },
+            "Tags": [{"Key": SHADOW_TAG, "Value": SHADOW_STAGE}],
         }
         if shadow
         else {}
@@ -221,6 +231,10 @@ def approval_problems(sm: Any, dep: Deployment, env: str) -> list[str]:
     return problems
 
 
+#: How long delete_group_versions waits for SageMaker to finish deleting: 60 x 5 s.
+GROUP_EMPTY_POLLS, GROUP_EMPTY_POLL_S = 60, 5.0
+
+
 def delete_group_versions(sm: Any, group: str) -> int:
     """Delete every version in ``group``; how many. A group that still holds versions cannot
     be deleted (SageMaker's API reference lists ConflictException for DeleteModelPackageGroup
@@ -233,4 +247,15 @@ def delete_group_versions(sm: Any, group: str) -> int:
     arns = [p["ModelPackageArn"] for page in pages for p in page["ModelPackageSummaryList"]]
     for arn in arns:
         sm.delete_model_package(ModelPackageName=arn)
-    return len(arns)
+    # DeleteModelPackage returns while the version may still be Deleting (a ModelPackageStatus
+    # in botocore's model), and a group deleted before its versions are gone meets the
+    # ConflictException: wait, bounded, until the group lists none.
+    for _ in range(GROUP_EMPTY_POLLS):
+        left = sm.list_model_packages(ModelPackageGroupName=group, ModelPackageType="Versioned")
+        if not left["ModelPackageSummaryList"]:
+            return len(arns)
+        time.sleep(GROUP_EMPTY_POLL_S)
+    raise RegistryError(
+        f"{group}: its versions were still listed {GROUP_EMPTY_POLLS * GROUP_EMPTY_POLL_S:g} s "
+        "after they were deleted; run again once SageMaker has removed them"
+    )

@@ -173,6 +173,29 @@ def test_no_job_stands_in_a_region_for_the_environments(workflow) -> None:
         assert setup["with"]["aws-region"] == "${{ steps.env.outputs.region }}", name
         (read,) = [s for s in steps if s.get("id") == "env"]
         assert "config/environments/dev.yaml" in read["run"]
+    # The step reads the region as a user writes it: quoted, or with a comment after it.
+    import tempfile
+
+    for line in (
+        "region: eu-west-1   # where dev lives",
+        'region: "eu-west-1"',
+        "region: eu-west-1",
+    ):
+        with tempfile.TemporaryDirectory() as tmp:
+            envs = Path(tmp) / "config" / "environments"
+            envs.mkdir(parents=True)
+            (envs / "dev.yaml").write_text(f"prefix: lora-dev\n{line}\n")
+            out = Path(tmp) / "out"
+            proc = subprocess.run(
+                ["bash", "-c", read["run"]],
+                cwd=tmp,
+                env={"GITHUB_OUTPUT": str(out), "PATH": "/usr/bin:/bin"},
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            assert proc.returncode == 0, proc.stderr
+            assert out.read_text() == "region=eu-west-1\n", (line, out.read_text())
 
 
 def test_the_deploy_waits_for_its_reviewers_instead_of_failing_on_approvals(workflow) -> None:

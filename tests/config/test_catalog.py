@@ -401,16 +401,21 @@ def test_a_tenant_name_outside_iams_ascii_characters_is_refused() -> None:
     assert AccessPolicy(tenants=["equipe", "123456789012:ops"]).tenants
 
 
-def test_an_unquoted_account_is_read_as_its_twelve_digits(tmp_path) -> None:
-    """YAML reads `account: 011122223333` unquoted as an integer; the account keeps its 12 digits."""
-    from config import load_deployment
+def test_an_unquoted_account_is_read_as_its_twelve_digits_or_refused(tmp_path) -> None:
+    """YAML reads `account: 111122223333` unquoted as an integer, which is kept; one with a
+    leading zero is read as another number (octal, or without the zero), which is refused."""
+    from config import CatalogError, load_deployment
     from tests.infra.conftest import edited_config
 
-    def unquoted(env: dict) -> None:
-        env["account"] = 11122223333  # what YAML makes of 011122223333 written without quotes
+    def unquoted(value):
+        return lambda env: env.update(account=value)
 
-    catalog, environments = edited_config(tmp_path, environment=unquoted)
-    assert load_deployment("dev", catalog, environments).env.account == "011122223333"
+    catalog, environments = edited_config(tmp_path, environment=unquoted(111122223333))
+    assert load_deployment("dev", catalog, environments).env.account == "111122223333"
+    for value in (11122223333, 0o12345670123):  # 011122223333 and 012345670123, unquoted
+        catalog, environments = edited_config(tmp_path, environment=unquoted(value))
+        with pytest.raises(CatalogError, match="quote it"):
+            load_deployment("dev", catalog, environments)
 
 
 def test_zones_must_be_the_regions_and_agree_with_max_azs(tmp_path) -> None:
@@ -473,3 +478,26 @@ def test_a_deployable_environment_must_say_its_region(tmp_path) -> None:
     catalog, environments = edited_config(tmp_path, environment=lambda env: env.pop("region"))
     with pytest.raises(CatalogError, match="region: required"):
         load_deployment("dev", catalog, environments)
+
+
+def test_a_region_without_the_public_web_adapter_layer_needs_a_copy_named(tmp_path) -> None:
+    """Stand-ins 1.22: the layer is published from awslabs' account in commercial regions only."""
+    from config import CatalogError, load_deployment
+    from tests.infra.conftest import edited_config
+
+    catalog, environments = edited_config(
+        tmp_path, environment=lambda env: env.update(region="cn-north-1")
+    )
+    with pytest.raises(
+        CatalogError, match=r"router\.web_adapter_layer_arn: required in cn-north-1"
+    ):
+        load_deployment("dev", catalog, environments)
+
+    def with_copy(env: dict) -> None:
+        env.update(region="cn-north-1")
+        env.setdefault("router", {})["web_adapter_layer_arn"] = (
+            "arn:aws-cn:lambda:cn-north-1:111122223333:layer:LambdaAdapterLayerArm64:25"
+        )
+
+    catalog, environments = edited_config(tmp_path, environment=with_copy)
+    assert load_deployment("dev", catalog, environments).env.region == "cn-north-1"

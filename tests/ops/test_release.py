@@ -964,3 +964,24 @@ def test_a_stuck_stack_state_names_its_remedy(setup, status, remedy) -> None:
     stack.status = status
     state = release.stack_deployed("lora-dev-network")
     assert state.startswith(f"in state {status}: ") and remedy in state, state
+
+
+def test_a_failed_first_create_of_a_protected_stack_names_turning_protection_off(setup) -> None:
+    """Stand-ins 3.2: lora-fleet-account, and staging's and prod's stateful stacks, are
+    termination-protected; DeleteStack refuses them, so the remedy turns protection off first."""
+    from moto.cloudformation.models import cloudformation_backends
+
+    release = setup["release"](dry_run=True)
+    boto3.client("cloudformation", region_name=REGION).create_stack(
+        StackName="lora-fleet-account",
+        TemplateBody=json.dumps(
+            {"Resources": {"H": {"Type": "AWS::CloudFormation::WaitConditionHandle"}}}
+        ),
+        EnableTerminationProtection=True,
+    )
+    backend = cloudformation_backends[ACCOUNT][REGION]
+    (stack,) = [s for s in backend.stacks.values() if s.name == "lora-fleet-account"]
+    stack.status = "ROLLBACK_COMPLETE"
+    state = release.stack_deployed("lora-fleet-account")
+    assert "update-termination-protection --no-enable-termination-protection" in state, state
+    assert state.index("update-termination-protection") < state.index("delete-stack")
