@@ -43,7 +43,7 @@ class Storage(Construct):
         self.key.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="CloudWatchLogsOfThisAccount",
-                principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
+                principals=[iam.ServicePrincipal(f"logs.{stack.region}.{stack.url_suffix}")],
                 actions=[
                     "kms:Encrypt*",
                     "kms:Decrypt*",

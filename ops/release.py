@@ -303,6 +303,7 @@ class Release:
         self.kms = self.aws.client("kms")
         self.sm = self.aws.client("sagemaker")
         self._templates: dict[str, dict] | None = None
+        self._image_ecr: Any = None
         self._outdir = Path(tempfile.mkdtemp(prefix=f"release-{self.env}-"))
 
     # -- configuration --------------------------------------------------------------------------
@@ -471,7 +472,9 @@ class Release:
 
         registry, repo, _ = self.image_uri()  # type: ignore[misc]
         try:
-            self.ecr.describe_repositories(registryId=registry, repositoryNames=[repo])
+            self.image_registry().describe_repositories(
+                registryId=registry, repositoryNames=[repo]
+            )
         except ClientError as exc:
             if exc.response["Error"]["Code"] == "RepositoryNotFoundException":
                 return False
@@ -499,6 +502,22 @@ class Release:
         registry = m["account"] if m else self.account
         return registry, ref.repository_name(self.dep.env.prefix), ref.reference
 
+    def image_registry(self) -> Any:
+        """ECR where the image lives: the environment's region, or an external address's own
+        (an image in another account's registry in another region is looked up there)."""
+        m = self.dep.base.image.external
+        if m is None or m["region"] == self.region:
+            return self.ecr
+        if self._image_ecr is None:
+            from botocore.config import Config
+
+            from config.aws import RETRIES
+
+            self._image_ecr = self.session.client(
+                "ecr", region_name=m["region"], config=Config(retries=RETRIES)
+            )
+        return self._image_ecr
+
     def image_present(self) -> bool:
         from botocore.exceptions import ClientError
 
@@ -506,7 +525,7 @@ class Release:
         ref = self.dep.base.image
         image_id = {"imageDigest": ref.digest} if ref.digest else {"imageTag": ref.tag}
         try:
-            found = self.ecr.describe_images(
+            found = self.image_registry().describe_images(
                 registryId=registry, repositoryName=repo, imageIds=[image_id]
             )["imageDetails"]
         except ClientError as exc:
@@ -679,12 +698,21 @@ class Release:
     def _do_image(self) -> None:
         registry, repo, ref = self.image_uri()  # type: ignore[misc]
         image = self.dep.base.image
+        if image.external is not None:
+            # Never built into, nor pushed to, a registry this environment does not own.
+            raise ReleaseError(
+                f"the catalog's image {image.repository}{ref} is not in it: push it there "
+                "yourself (the release builds and pushes only to the environment's own "
+                "repository)"
+            )
         if image.digest:
             raise ReleaseError(
                 f"the catalog names digest {image.digest} in {repo}, which is not there; push "
                 "that image, or name a tag for this command to build and push"
             )
-        host = f"{registry}.dkr.ecr.{self.region}.amazonaws.com"
+        # The registry's own DNS suffix: amazonaws.com, or amazonaws.com.cn in China's regions.
+        suffix = "amazonaws.com.cn" if self.region.startswith("cn-") else "amazonaws.com"
+        host = f"{registry}.dkr.ecr.{self.region}.{suffix}"
         token = self.ecr.get_authorization_token(registryIds=[registry])["authorizationData"][0]
         import base64
 

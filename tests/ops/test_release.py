@@ -985,3 +985,27 @@ def test_a_failed_first_create_of_a_protected_stack_names_turning_protection_off
     state = release.stack_deployed("lora-fleet-account")
     assert "update-termination-protection --no-enable-termination-protection" in state, state
     assert state.index("update-termination-protection") < state.index("delete-stack")
+
+
+def test_an_external_image_is_looked_up_in_its_own_region_and_never_pushed(setup) -> None:
+    """Stand-ins 1.18: an image the catalog names by another account's address was looked up in
+    the environment's region, found missing, then built and pushed into a registry nobody of
+    this environment owns."""
+    seen: list[str] = []
+    _edit_base(
+        setup["catalog"],
+        image={
+            "repository": "444455556666.dkr.ecr.us-west-2.amazonaws.com/team/runtime",
+            "tag": "1.0",
+        },
+    )
+    release = setup["release"]()
+    release.run(only=("stacks",))
+    release = setup["release"]()
+    release.image_registry().meta.events.register(
+        "before-call.ecr.*", lambda context, **_: seen.append(context["client_region"])
+    )
+    with pytest.raises(ReleaseError, match="push it there yourself"):
+        release.run(only=("image",))
+    assert seen and set(seen) == {"us-west-2"}, seen
+    assert not [c for c in setup["tools"].calls if c[1][:2] == ("docker", "buildx")]
