@@ -72,6 +72,8 @@ class CapacityPlan:
     max_cpu_loras: int = 0
     adapters: int = 0
     headroom: float = VLLM_MEMORY_UTILIZATION
+    cpu_cores: float = 0.0
+    accelerators: int = 0
     warnings: tuple[str, ...] = ()
 
     def rows(self) -> list[tuple[str, str]]:
@@ -84,6 +86,12 @@ class CapacityPlan:
         )
         return [
             ("instance", f"{self.instance_type} ({self.device})"),
+            (
+                "CPU cores",
+                f"{self.cpu_cores:g} reserved (vLLM asks 2 + N for N GPUs: {2 + self.accelerators})"
+                if self.accelerators
+                else f"{self.cpu_cores:g} reserved",
+            ),
             ("device memory", f"{self.device_gib:.2f} GiB (as CUDA reports it)"),
             (
                 "usable (headroom)",
@@ -283,6 +291,8 @@ def plan(dep: Deployment) -> CapacityPlan:
         max_cpu_loras=s.max_cpu_loras,
         adapters=len(dep.adapters),
         headroom=s.vram_headroom,
+        cpu_cores=s.cpu_cores,
+        accelerators=s.accelerators,
         warnings=tuple(warnings),
     )
 

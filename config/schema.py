@@ -791,6 +791,15 @@ class ServingConfig(_Strict):
             raise ValueError("min_instance_count exceeds max_instance_count")
         if self.base_copies > self.max_base_copies:
             raise ValueError("base_copies exceeds max_base_copies")
+        if self.accelerators > 0 and self.cpu_cores < 2 + self.accelerators:
+            # vLLM's optimization guide ("CPU Resources for GPU Deployments"): at least 2 + N
+            # CPU cores for N GPUs; the engine core's busy loop is "particularly sensitive to
+            # CPU starvation", and its compile and CUDA-graph capture at start run on them.
+            raise ValueError(
+                f"cpu_cores {self.cpu_cores:g} is under the {2 + self.accelerators} vLLM asks "
+                f"for {self.accelerators} GPU(s) (2 + N): its engine loop and start-up compile "
+                "starve below it; raise cpu_cores (an instance with more vCPUs if it must)"
+            )
         if (needed := self.instances_for_a_rollout()) > self.max_instance_count:
             raise ValueError(
                 f"max_instance_count {self.max_instance_count} leaves no room for a rolling "

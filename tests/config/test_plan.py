@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from config import CATALOG_PATH, ENVIRONMENTS_DIR, load_deployment
+from config import CATALOG_PATH, ENVIRONMENTS_DIR, CatalogError, load_deployment
 from config.plan import (
     DEFAULT_MAX_LORAS,
     GIB,
@@ -172,3 +172,31 @@ def test_pinned_host_memory_is_planned_from_the_catalog(tmp_path: Path) -> None:
     assert plan(dep).pinned_mib == pytest.approx(sum(sizes) / 2**20)
     small = plan(load_deployment("dev", environments_dir=_env(tmp_path, memory_mb=1024)))
     assert any("of host memory" in w and "serving.memory_mb 1024" in w for w in small.warnings)
+
+
+def test_a_gpu_component_reserves_the_cpu_cores_vllm_asks_for(tmp_path: Path) -> None:
+    """GPU path review r2, 2.3: vLLM asks 2 + N cores for N GPUs; dev reserved 2 for 1 GPU,
+    which starves the engine loop and the start-up compile against vLLM's 600 s limit."""
+    with pytest.raises(CatalogError, match="cpu_cores 2 is under the 3 vLLM asks for 1 GPU"):
+        load_deployment("dev", environments_dir=_env(tmp_path, cpu_cores=2))
+    for env in ("dev", "staging", "prod"):
+        s = load_deployment(env).env.serving
+        assert s.cpu_cores >= 2 + s.accelerators, env
+    out = subprocess.run(
+        [sys.executable, "-m", "config", "plan", "--env", "dev"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "3 reserved (vLLM asks 2 + N for N GPUs: 3)" in out, out
+
+
+def test_vllms_engine_wait_is_derived_from_the_start_up_health_check() -> None:
+    """GPU path review r2, 2.3: vLLM waits 600 s for its engine by default, under SageMaker's
+    900 s budget: a slow cold start ended the process first, on every retry."""
+    from infra.serving import ENGINE_WAIT_MARGIN_S, container_environment
+
+    dep = load_deployment("dev")
+    env = container_environment(dep)
+    wait = int(env["VLLM_ENGINE_READY_TIMEOUT_S"])
+    assert wait == dep.env.serving.startup_timeout_s - ENGINE_WAIT_MARGIN_S > 600

@@ -1009,3 +1009,14 @@ def test_an_external_image_is_looked_up_in_its_own_region_and_never_pushed(setup
         release.run(only=("image",))
     assert seen and set(seen) == {"us-west-2"}, seen
     assert not [c for c in setup["tools"].calls if c[1][:2] == ("docker", "buildx")]
+
+
+def test_a_dry_run_goes_on_past_a_failed_preflight_and_lists_every_step(setup) -> None:
+    """The docs walk: a first dry run stopped at the preflight, so a new user learned one
+    problem at a time. A dry run changes nothing, so it lists the preflight's findings and then
+    every step; a release still stops there."""
+    setup["tools"].preflight = lambda *a, **k: ["the credentials are another account's"]
+    assert setup["release"](dry_run=True).run() == dict.fromkeys(STEPS, "missing")
+    assert any("preflight: 1 to fix" in line for line in setup["logs"])
+    with pytest.raises(ReleaseError, match="preflight: the credentials are another account's"):
+        setup["release"]().run()
