@@ -17,6 +17,19 @@ from contracts.settings import RouterSettings, RuntimeSettings
 LORA_OPTIONS = frozenset({"max_loras", "max_cpu_loras", "max_lora_rank"})
 
 
+#: What the container does before vLLM starts waiting for its engine (imports of the API
+#: process and of the spawned engine, the doctor), taken off SageMaker's start-up budget.
+ENGINE_WAIT_MARGIN_S = 120
+
+
+def engine_ready_timeout_s(startup_timeout_s: int) -> int:
+    """vLLM's own limit on the engine's start, derived from the component's start-up
+    health-check timeout. Left at vLLM's 600 s, a cold start that compiles and captures CUDA
+    graphs for longer ends the process before SageMaker's 900 s are spent, and every retry
+    does the same."""
+    return max(60, startup_timeout_s - ENGINE_WAIT_MARGIN_S)
+
+
 def runtime_settings(dep: Deployment) -> RuntimeSettings:
     """The base model server: device slots from the capacity planner, the base's identity."""
     s, base = dep.env.serving, dep.base
@@ -34,6 +47,7 @@ def runtime_settings(dep: Deployment) -> RuntimeSettings:
         base_model_id=base.model_id,
         base_revision=base.revision,
         base_tokenizer_sha256=base.tokenizer_sha256,
+        engine_ready_timeout_s=engine_ready_timeout_s(s.startup_timeout_s),
     )
 
 

@@ -76,7 +76,9 @@ def find(sm: Any, group: str, version: str) -> Package | None:
             )
             return Package(
                 described["ModelPackageArn"],
-                described["ModelApprovalStatus"],
+                # Optional in DescribeModelPackage's output (botocore's model): none is no
+                # approval.
+                described.get("ModelApprovalStatus", ""),
                 meta,
                 described.get("ApprovalDescription") or "",
                 digest.removeprefix("sha256:") or None,

@@ -160,6 +160,12 @@ class RuntimeSettings(EnvSettings):
     #: The seed article's VRAM headroom: the share of device memory vLLM may take for weights,
     #: adapter slots and its paged KV cache (``gpu_memory_utilization``).
     vram_headroom: Annotated[float, Env("OPTION_VRAM_HEADROOM"), Field(gt=0, le=1)] = 0.92
+    #: How long vLLM waits for its engine to start (its own variable; 600 s when unset:
+    #: ``vllm/envs.py``). Deployments set it from SageMaker's start-up health-check timeout
+    #: (``config.processes``), so vLLM never gives up before SageMaker does.
+    engine_ready_timeout_s: Annotated[
+        int | None, Env("VLLM_ENGINE_READY_TIMEOUT_S"), Field(ge=60)
+    ] = None
     #: Sequences vLLM runs at once (``max_num_seqs``).
     max_batch_size: Annotated[int, Env("OPTION_MAX_BATCH_SIZE"), Field(ge=1)] = 16
     #: vLLM's waiting queue: "priority" orders it by the sender's requests in flight (fair

@@ -289,27 +289,7 @@ class PipelineStack(Stack):
                 ],
                 resources=[arn("ecr", "repository", repository)],
             ),
-            # make release's preflight (ops.preflight), read-only: the bootstrap version and
-            # stack, and the account's SageMaker quotas.
-            iam.PolicyStatement(
-                actions=["ssm:GetParameter"],
-                resources=[arn("ssm", "parameter", layout.bootstrap_parameter().lstrip("/"))],
-            ),
-            iam.PolicyStatement(
-                actions=["cloudformation:DescribeStacks"],
-                resources=[bootstrap],
-            ),
-            iam.PolicyStatement(
-                actions=["servicequotas:GetServiceQuota"],
-                resources=[arn("servicequotas", "sagemaker/*", "", ArnFormat.NO_RESOURCE_NAME)],
-            ),
-            # The router's reserved concurrency, read back on a later release.
-            iam.PolicyStatement(
-                actions=["lambda:GetFunctionConcurrency"],
-                resources=[
-                    arn("lambda", "function", f"{prefix}-router", ArnFormat.COLON_RESOURCE_NAME)
-                ],
-            ),
+            *_preflight_statements(arn, prefix, bootstrap),
             # None has a resource-level form (Service Authorization Reference). SageMaker's
             # guide, "Amazon SageMaker API Permissions": "Except for the ListTags API,
             # resource-level restrictions are not available on List- calls", so a
@@ -531,6 +511,29 @@ def verbs(actions: tuple[str, ...]) -> dict[str, str]:
         )
         for a in actions
     }
+
+
+def _preflight_statements(arn, prefix: str, bootstrap: str) -> list[iam.PolicyStatement]:
+    """What make release's preflight (ops.preflight) reads, read-only, that has a resource: the
+    bootstrap version and stack, SageMaker's quotas, the router's reserved concurrency (read
+    back on a later release). Its calls without a resource form are in the ``*`` statement."""
+    return [
+        iam.PolicyStatement(
+            actions=["ssm:GetParameter"],
+            resources=[arn("ssm", "parameter", layout.bootstrap_parameter().lstrip("/"))],
+        ),
+        iam.PolicyStatement(actions=["cloudformation:DescribeStacks"], resources=[bootstrap]),
+        iam.PolicyStatement(
+            actions=["servicequotas:GetServiceQuota"],
+            resources=[arn("servicequotas", "sagemaker/*", "", ArnFormat.NO_RESOURCE_NAME)],
+        ),
+        iam.PolicyStatement(
+            actions=["lambda:GetFunctionConcurrency"],
+            resources=[
+                arn("lambda", "function", f"{prefix}-router", ArnFormat.COLON_RESOURCE_NAME)
+            ],
+        ),
+    ]
 
 
 def _project_logs(arn: str, ids: list[str]) -> dict[str, str]:

@@ -123,28 +123,10 @@ def rollback_alarm_name(dep: Deployment) -> str:
     return f"{dep.env.prefix}-endpoint-5xx-rollback"
 
 
-#: What the container does before vLLM starts waiting for its engine (imports of the API
-#: process and of the spawned engine, the doctor), taken off SageMaker's start-up budget.
-ENGINE_WAIT_MARGIN_S = 120
-
-
-def engine_ready_timeout_s(startup_timeout_s: int) -> int:
-    """vLLM's own limit on the engine's start (``VLLM_ENGINE_READY_TIMEOUT_S``, 600 s by
-    default: ``vllm/envs.py``), derived from the component's start-up health-check timeout.
-    Left at 600 s, a cold start that compiles and captures CUDA graphs for longer ends the
-    process before SageMaker's 900 s are spent, and every retry does the same."""
-    return max(60, startup_timeout_s - ENGINE_WAIT_MARGIN_S)
-
-
 def container_environment(dep: Deployment) -> dict[str, str]:
     """Serving options (LMI-style names; runtime/vllm_args.py maps each to vLLM's argument),
-    and vLLM's engine start-up limit inside SageMaker's."""
-    return {
-        **runtime_settings(dep).to_env(),
-        "VLLM_ENGINE_READY_TIMEOUT_S": str(
-            engine_ready_timeout_s(dep.env.serving.startup_timeout_s)
-        ),
-    }
+    and vLLM's engine start-up limit inside SageMaker's (``config.processes``)."""
+    return runtime_settings(dep).to_env()
 
 
 class Image:

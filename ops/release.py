@@ -152,6 +152,24 @@ ARCHIVES = ROOT / ".artifacts" / "adapters"
 adapter_key = layout.adapter_key
 
 
+#: What goes into the runtime image (runtime/Dockerfile copies these): its identity.
+IMAGE_INPUTS = ("runtime", "contracts", "pyproject.toml")
+
+
+def image_inputs_sha256(root: Path = ROOT) -> str:
+    """The sha256 of every file the image is built from, by path: an immutable tag pushed once
+    is never pushed again, so a change to them under the same tag would never reach AWS."""
+    h = hashlib.sha256()
+    for top in IMAGE_INPUTS:
+        base = root / top
+        files = sorted(p for p in base.rglob("*") if p.is_file()) if base.is_dir() else [base]
+        for path in files:
+            if "__pycache__" in path.parts or path.suffix == ".pyc":
+                continue
+            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def _groups_in(template: dict) -> set[str]:
     return {
         r["Properties"]["ModelPackageGroupName"]
@@ -625,6 +643,24 @@ class Release:
     def smoke_key(self) -> str:
         return f"{layout.RELEASE_PREFIX}{self.env}/smoke.json"
 
+    def image_record_key(self) -> str:
+        """What the image step pushed under the catalog's tag: the inputs' sha256."""
+        tag = self.dep.base.image.tag
+        return f"{layout.RELEASE_PREFIX}{self.env}/image-{tag}.json"
+
+    def image_drift(self) -> str | None:
+        """Why the image in ECR under the catalog's tag is not what runtime/ builds now."""
+        if self.dep.base.image.external is not None or self.dep.base.image.digest:
+            return None
+        record = self._get_json(self.image_record_key())
+        if record is None or record.get("inputs_sha256") == image_inputs_sha256():
+            return None
+        return (
+            f"runtime/, contracts/ or pyproject.toml changed since the image tagged "
+            f"{self.dep.base.image.tag} was pushed, and the tag is immutable: give the catalog's "
+            "image a new tag"
+        )
+
     # -- steps ----------------------------------------------------------------------------------
 
     def status(self, step: str) -> list[str]:
@@ -635,7 +671,9 @@ class Release:
             if not self.dep.base.image.external and not self.repository_exists():
                 return ["the repository does not exist yet (stacks step)"]
             registry, repo, ref = self.image_uri()  # type: ignore[misc]
-            return [] if self.image_present() else [f"{registry}/{repo}{ref} not in ECR"]
+            if not self.image_present():
+                return [f"{registry}/{repo}{ref} not in ECR"]
+            return [drift] if (drift := self.image_drift()) else []
         if step == "weights":
             if self.dep.base.model_data:
                 uri = self.dep.base.model_data
@@ -696,6 +734,8 @@ class Release:
     def _do_image(self) -> None:
         registry, repo, ref = self.image_uri()  # type: ignore[misc]
         image = self.dep.base.image
+        if (drift := self.image_drift()) is not None:
+            raise ReleaseError(drift)
         if image.external is not None:
             # Never built into, nor pushed to, a registry this environment does not own.
             raise ReleaseError(
@@ -742,6 +782,7 @@ class Release:
         )
         if not self.image_present():
             raise ReleaseError(f"{host}/{repo}{ref} is still not in ECR after the push")
+        self._put_json(self.image_record_key(), {"inputs_sha256": image_inputs_sha256()})
 
     def _kms_key(self) -> str:
         return layout.data_key_alias(self.dep.env.prefix)

@@ -194,7 +194,8 @@ def test_a_gpu_component_reserves_the_cpu_cores_vllm_asks_for(tmp_path: Path) ->
 def test_vllms_engine_wait_is_derived_from_the_start_up_health_check() -> None:
     """GPU path review r2, 2.3: vLLM waits 600 s for its engine by default, under SageMaker's
     900 s budget: a slow cold start ended the process first, on every retry."""
-    from infra.serving import ENGINE_WAIT_MARGIN_S, container_environment
+    from config.processes import ENGINE_WAIT_MARGIN_S
+    from infra.serving import container_environment
 
     dep = load_deployment("dev")
     env = container_environment(dep)

@@ -178,3 +178,36 @@ def test_the_routers_vpc_permissions_match_awss_managed_policy(dev_templates) ->
         "ec2:AssignPrivateIpAddresses",
         "ec2:UnassignPrivateIpAddresses",
     }
+
+
+def test_the_apis_resource_policy_admits_exactly_the_accounts_the_catalog_names(
+    synth_edited,
+) -> None:
+    """Stand-ins 3.12: API Gateway's resource policy decides before the router does, so every
+    account the catalog or the operators name must be in it, and no other."""
+
+    def foreign(cat: dict) -> None:
+        cat["adapters"][0]["allow"] = {
+            "tenants": ["444455556666:analytics", "555566667777:*", "claims-team"],
+            "principals": ["arn:aws:iam::666677778888:role/partner-app"],
+        }
+
+    def named(env: dict) -> None:
+        env.update(account="111122223333", region="eu-west-1")
+        env.setdefault("router", {})["operators"] = ["arn:aws:iam::777788889999:role/oncall"]
+
+    router = synth_edited(catalog=foreign, environment=named)["lora-dev-router"]
+    (api,) = resources(router, "AWS::ApiGateway::RestApi").values()
+    (statement,) = api["Properties"]["Policy"]["Statement"]
+    principals = statement["Principal"]["AWS"]
+    accounts = {
+        resolve(p).split(":")[4]
+        for p in (principals if isinstance(principals, list) else [principals])
+    }
+    assert accounts == {
+        "111122223333",
+        "444455556666",
+        "555566667777",
+        "666677778888",
+        "777788889999",
+    }

