@@ -6,10 +6,10 @@ nothing.
    design (``RetainExceptOnCreate``); docs/operate.md's teardown table says what stays and how a
    recreate adopts it.
 2. The credentials must be the environment's account, when it names one.
-3. Before anything is deleted, the catalog's adapter archives are copied from the bucket to the
-   release's archives folder (``.artifacts/adapters/NAME.tar.gz``): the catalog pins each one's
-   sha256, and a retrained archive never has the same, so ``make release`` recreates the
-   environment from these copies.
+3. Before anything is deleted, the catalog's adapter archives are copied from the bucket to
+   the release's archives folder (``.artifacts/adapters/BASE_KEY/NAME.tar.gz``): the catalog
+   pins each one's sha256, and a retrained archive never has the same, so ``make release``
+   recreates the environment from these copies.
 4. Every version in the environment's model package groups is deleted. SageMaker's API
    reference lists a ``ConflictException`` for ``DeleteModelPackageGroup`` without saying when;
    a group that still holds versions is the likely one, and it would leave its
@@ -33,7 +33,7 @@ from config import CATALOG_PATH, ENVIRONMENTS_DIR, Deployment, load_deployment
 from config.aws import AccountMismatchError, AwsEnv
 from config.layout import adapter_key, archives_dir
 from ops.release import ARCHIVES
-from training.registry import delete_group_versions
+from training.registry import RegistryError, delete_group_versions
 
 
 class TeardownError(RuntimeError):
@@ -78,6 +78,8 @@ def delete_versions(sm: Any, dep: Deployment, log: Callable[[str], None]) -> int
                 f"could not delete the versions of {group}: "
                 f"{exc.response['Error'].get('Message', exc)}; nothing else was torn down after it"
             ) from None
+        except RegistryError as exc:
+            raise TeardownError(f"{exc}; nothing else was torn down after it") from None
         log(f"  {group}: deleted {n} version(s)")
         deleted += n
     return deleted

@@ -448,7 +448,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--env", default=hps.get("env", "local"))
     ap.add_argument("--base-dir", type=Path, default=os.environ.get("SM_CHANNEL_BASE"))
     ap.add_argument(
-        "--out", type=Path, default=os.environ.get("SM_MODEL_DIR", ".artifacts/adapters")
+        "--out",
+        type=Path,
+        default=os.environ.get("SM_MODEL_DIR"),
+        help="default: SM_MODEL_DIR in a job, else .artifacts/adapters/BASE_KEY (per base)",
     )
     ap.add_argument("--qlora", action="store_true", default=bool(hps.get("qlora", False)))
     ap.add_argument("--max-steps", type=int, default=hps.get("max_steps"))
@@ -461,6 +464,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.base_dir is None:
         ap.error("--base-dir is required (or SM_CHANNEL_BASE inside a SageMaker job)")
+    if args.out is None:
+        from config import load_deployment
+        from config.layout import archives_dir
+
+        args.out = archives_dir(Path(".artifacts") / "adapters", load_deployment(args.env).base_key)
     try:
         res = train(
             args.adapter,
