@@ -393,21 +393,21 @@ class Release:
             out[name] = _groups_in(json.loads(body) if isinstance(body, str) else body)
         return out
 
-    def groups_removed(self) -> list[str]:
+    def groups_removed(self, deployed: dict[str, set[str]]) -> list[str]:
         """Groups a deployed registry shard holds whose entry has left the catalog since."""
         return sorted(
             g
-            for stack, groups in self._deployed_groups().items()
+            for stack, groups in deployed.items()
             for g in groups - _groups_in(self.templates.get(stack, {}))
         )
 
-    def groups_outside_stacks(self) -> list[str]:
+    def groups_outside_stacks(self, deployed: dict[str, set[str]]) -> list[str]:
         """Catalog entries whose group exists in the account but in no deployed registry
         stack: kept when a protected environment dropped the entry, and now added back. The
         shard's create would fail "already exists"; only ``cdk import`` adopts it."""
         from botocore.exceptions import ClientError
 
-        held = set().union(*self._deployed_groups().values())
+        held = set().union(*deployed.values())
         out = []
         for a in self.dep.adapters:
             if a.component_name in held:
@@ -426,12 +426,21 @@ class Release:
             )
         return out
 
-    def _retire_removed_groups(self) -> None:
+    def _before_registry_deploy(self) -> None:
+        """What a deploy of the registry shards needs first: no catalog entry whose group is
+        kept outside any stack, and the removed entries' versions gone (the deployed shards
+        read once for both)."""
+        deployed = self._deployed_groups()
+        if problems := self.groups_outside_stacks(deployed):
+            raise ReleaseError("; ".join(problems))
+        self._retire_removed_groups(deployed)
+
+    def _retire_removed_groups(self, deployed: dict[str, set[str]]) -> None:
         """Before a deploy drops removed entries' groups: in an environment without deletion
         protection their versions are deleted first, since a group that holds versions cannot
         be deleted and its shard would end UPDATE_ROLLBACK_COMPLETE; with deletion protection
         the group is kept (RetainExceptOnCreate), versions and approvals included."""
-        for group in self.groups_removed():
+        for group in self.groups_removed(deployed):
             if self.dep.env.deletion_protection:
                 self.log(
                     f"  {group}: its entry left the catalog; the group and its versions stay "
@@ -726,9 +735,7 @@ class Release:
         )
 
     def _do_stacks(self) -> None:
-        if problems := self.groups_outside_stacks():
-            raise ReleaseError("; ".join(problems))
-        self._retire_removed_groups()
+        self._before_registry_deploy()
         self._cdk_deploy(self.foundation_stacks())
 
     def _do_image(self) -> None:
@@ -997,9 +1004,7 @@ class Release:
         )
 
     def _do_deploy(self) -> None:
-        if problems := self.groups_outside_stacks():
-            raise ReleaseError("; ".join(problems))
-        self._retire_removed_groups()
+        self._before_registry_deploy()
         self._cdk_deploy(["--all"])
 
     def _do_smoke(self) -> None:

@@ -33,6 +33,17 @@ ROOT = Path(__file__).resolve().parents[1]
 #: AWS's documentation account: a dry run's stand-in when the environment names none. It only
 #: ever appears in answers the dry run makes up itself (``_dry_run_session``).
 DRY_RUN_ACCOUNT = "123456789012"
+#: The trust policy a training role needs: SageMaker may assume it (what the SDK checks).
+SAGEMAKER_TRUST = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "sagemaker.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+        }
+    ],
+}
 HF_TRANSFORMERS = "4.56.2"
 HF_PYTORCH = "pytorch2.8.0"
 #: What the job installs on top of the image (the image's transformers is older than ours).
@@ -126,16 +137,7 @@ def _dry_run_session(region: str, account: str, bucket: str):
         if model.name == "ListBuckets":
             return ok, {"Buckets": [{"Name": bucket, "CreationDate": now}]}
         if model.name == "GetRole":
-            trust = {
-                "Version": "2012-10-17",
-                "Statement": [
-                    {
-                        "Effect": "Allow",
-                        "Principal": {"Service": "sagemaker.amazonaws.com"},
-                        "Action": "sts:AssumeRole",
-                    }
-                ],
-            }
+            trust = SAGEMAKER_TRUST
             name = params.get("RoleName", "role")
             return ok, {
                 "Role": {

@@ -308,16 +308,9 @@ def account(monkeypatch):
                 {"Resources": {"H": {"Type": "AWS::CloudFormation::WaitConditionHandle"}}}
             ),
         )
-        trust = {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Principal": {"Service": "sagemaker.amazonaws.com"},
-                    "Action": "sts:AssumeRole",
-                }
-            ],
-        }
+        from training.launch import SAGEMAKER_TRUST
+
+        trust = SAGEMAKER_TRUST
         iam = boto3.client("iam")
         iam.create_role(RoleName="lora-training", AssumeRolePolicyDocument=json.dumps(trust))
         iam.create_role(RoleName="release-operator", AssumeRolePolicyDocument=json.dumps(trust))
