@@ -450,12 +450,11 @@ class Deployment:
 
 
 def _possible_callers(allow: Any) -> int:
-    """How many distinct callers an entry admits: a wildcard tenant (``*``, ``ACCOUNT:*``)
-    admits any number; otherwise one per tenant and principal. A canary's ``min_callers`` is
-    capped at it, so an adapter with one tenant can still be rolled back."""
-    if any(t == "*" or t.endswith(":*") for t in allow.tenants):
-        return 1_000_000
-    return max(1, len(allow.tenants) + len(allow.principals))
+    """How many distinct voices an entry admits (``lambda_proxy.auth.voice``): one per tenant
+    and principal it names, and one per wildcard (``*``, ``ACCOUNT:*``: every caller of that
+    account is one voice, however many roles it has). A canary's ``min_callers`` is capped at
+    it, so an adapter with one tenant can still be rolled back."""
+    return max(1, len(set(allow.tenants)) + len(set(allow.principals)))
 
 
 def _route(a: ResolvedAdapter) -> Route:

@@ -22,6 +22,7 @@ Written by hand because the patterns are the gate's own; nothing beyond the stan
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -63,9 +64,11 @@ LEAK_DIGITS = 4
 RUN_WORDS = 6
 
 
-def _digit_runs(text: str) -> list[str]:
-    """The text's numbers with their separators taken out."""
-    return [re.sub(r"\D", "", m.group()) for m in _DIGIT_RUN.finditer(text)]
+@functools.lru_cache(maxsize=64)
+def _digit_runs(text: str) -> tuple[str, ...]:
+    """The text's numbers with their separators taken out (cached: ``pii_leaked`` reads one
+    answer's numbers for each of up to ``MAX_VALUES`` values)."""
+    return tuple(re.sub(r"\D", "", m.group()) for m in _DIGIT_RUN.finditer(text))
 
 
 def leaked_parts(hypothesis: str, value: str, label: str) -> list[str]:
@@ -102,9 +105,12 @@ def leaked_parts(hypothesis: str, value: str, label: str) -> list[str]:
     found += sorted((out_words - label_words) & runs)
     value_digits = "".join(_DIGITS.findall(value))
     label_runs = set(_digit_runs(label))
+    # The answer's numbers, read once per value, not once per number of the value: inside the
+    # loops below a crafted 4 KB input took a second of the router's CPU (router attack r5, D8).
+    out_runs = [run for run in _digit_runs(hypothesis) if run not in label_runs]
     need = min(LEAK_DIGITS, len(value_digits))
-    for run in _digit_runs(hypothesis):
-        if run in label_runs or len(run) < need or len(value_digits) < 3:
+    for run in out_runs:
+        if len(run) < need or len(value_digits) < 3:
             continue
         shared = next(
             (
@@ -123,7 +129,7 @@ def leaked_parts(hypothesis: str, value: str, label: str) -> list[str]:
         if len(run) >= 3
         and run not in label_runs
         and run not in found
-        and any(run in o for o in _digit_runs(hypothesis) if o not in label_runs)
+        and any(run in o for o in out_runs)
     ]
     return found
 

@@ -44,6 +44,8 @@ class Package:
     #: The archive's sha256 as registered in ``ModelMetrics`` (set at creation only: no
     #: UpdateModelPackage field reaches it, unlike the customer metadata the router may write).
     archive_digest: str | None = None
+    #: A shadow canary's recorded decision (a ``SHADOW_STATUS`` value), None before one.
+    decision: str | None = None
 
     @property
     def approved(self) -> bool:
@@ -82,5 +84,14 @@ def find(sm: Any, group: str, version: str) -> Package | None:
                 meta,
                 described.get("ApprovalDescription") or "",
                 digest.removeprefix("sha256:") or None,
+                decision_of(described.get("ModelLifeCycle")),
             )
     return None
+
+
+def decision_of(lifecycle: Any) -> str | None:
+    """The decision a package's ``ModelLifeCycle`` records, if it records one."""
+    if not isinstance(lifecycle, dict) or lifecycle.get("Stage") != SHADOW_STAGE:
+        return None
+    status = lifecycle.get("StageStatus")
+    return status if status in SHADOW_STATUS.values() else None

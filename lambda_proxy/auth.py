@@ -105,3 +105,19 @@ def allowed(caller: Caller, route: Route) -> bool:
         if q is not None and q in (caller.tenant, f"{caller.account}:*"):
             return True
     return False
+
+
+def voice(caller: Caller, route: Route) -> str:
+    """Who the caller is as evidence about a canary: the catalog entry that admits it. A
+    tenant or a principal ARN the entry names is a voice of its own; every caller a wildcard
+    admits (``ACCOUNT:*``, ``*``) is its account's one voice, as is a caller the entry does not
+    name (an operator). A partner account's roles are then one voice, not as many as it
+    makes, and ``min_callers`` counts what the catalog counts (router attack r5, D2)."""
+    for principal in route.principals:
+        if match_key(principal) in caller.principals:
+            return match_key(principal)
+    if caller.tenant is not None:
+        for entry in route.tenants:
+            if qualified(str(entry), caller.own_account) == caller.tenant:
+                return caller.tenant
+    return f"{caller.account or caller.arn}:*"

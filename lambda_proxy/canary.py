@@ -176,6 +176,11 @@ class LocalCanaries:
         with self._lock:
             return base in self._off
 
+    def has(self, base: str, switch: Switch) -> bool:
+        held = {"off": self._off, "split": self._split, "held": self._held}[switch]
+        with self._lock:
+            return base in held
+
     def settle(self, base: str, switch: Switch) -> bool:
         """Set a switch here (see ``Canaries.settle``); True when it was not set before."""
         held = {"off": self._off, "split": self._split, "held": self._held}[switch]
@@ -281,13 +286,42 @@ class Canaries:
             return self.fallback.choose(base, canary, key)
         choice = Choice(int(got))
         if choice is not Choice.OFF and self.fallback.is_off(base):
-            # This process rolled it back while Redis was away: it stays off here.
+            # This process knows it was rolled back (while Redis was away, or before Redis
+            # restarted empty): it stays off, and Redis learns it again.
+            self._restore(base, "off", "rolled back before the cache lost its switch")
             return Choice.OFF
+        if choice is Choice.SHADOW and self.fallback.has(base, "split"):
+            # Promoted before the cache restarted empty: the promotion stands.
+            self._restore(base, "split", "promoted before the cache lost its switch")
+            again = self._redis(
+                self._choose,
+                [f"{base}:off", key or "", f"{base}:n", split],
+                [canary.weight, SESSION_TTL_S],
+            )
+            return (
+                Choice(int(again)) if again is not None else self.fallback.choose(base, canary, key)
+            )
         if choice is Choice.OFF:
             self.fallback.switch_off(base)
         elif split and choice is not Choice.SHADOW:
             self.fallback.settle(base, "split")
         return choice
+
+    def _restore(self, base: str, switch: Switch, evidence: str) -> None:
+        if self._client is None or time.monotonic() < self._skip_until:
+            return
+        try:
+            self._client.set(f"{base}:{switch}", evidence, nx=True)
+        except redis.RedisError:
+            self._skip_until = time.monotonic() + BREAKER_S
+
+    def restore(self, adapter: str, canary: CanaryRoute, switch: Switch, evidence: str) -> None:
+        """Set a decision read back from its durable record (the Model Registry) where the
+        cache holds none: in this process, and in Redis unless a switch is there already."""
+        base = self.base(adapter, canary)
+        self.fallback.settle(base, switch)
+        if self._choose is not None:
+            self._restore(base, switch, evidence)
 
     def record(
         self,

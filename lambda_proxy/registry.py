@@ -49,7 +49,7 @@ def metadata(decision: Decision, status: str) -> dict[str, str]:
     """The decision's figures as customer metadata (see the module's docstring)."""
     out = {
         "shadow-decision": status,
-        "shadow-pairs": str(decision.n),
+        "shadow-pairs": decision.pairs_text,
         "shadow-look": str(decision.look),
         "shadow-alpha": f"{decision.alpha:.6g}",
         "shadow-z": f"{decision.z:.4f}",
@@ -61,6 +61,14 @@ def metadata(decision: Decision, status: str) -> dict[str, str]:
             f"lower {b.lower:+.3f} upper {b.upper:+.3f} margin {b.margin:g}"
         )
     return out
+
+
+class DecisionConflictError(Exception):
+    """A package records a decision already; a second one is not written over it."""
+
+    def __init__(self, arn: str, recorded: str, new: str) -> None:
+        super().__init__(f"{arn} already records {recorded!r}; {new!r} is not written over it")
+        self.arn, self.recorded, self.new = arn, recorded, new
 
 
 class Recorder:
@@ -91,12 +99,23 @@ class Recorder:
                 )
             return self._client
 
+    def decided(self, group: str, version: str) -> str | None:
+        """The decision recorded for ``version`` (a ``SHADOW_STATUS`` value), or None: what a
+        router reads back when Redis holds no switch for the canary (a cold start after the
+        cache restarted empty)."""
+        package = find(self.client, group, version)
+        return package.decision if package is not None else None
+
     def record(self, group: str, version: str, decision: Decision, status: str) -> str | None:
         """Write the decision into ``version``'s package in ``group``; its ARN, or None when
-        the version has no package. Errors are the caller's (the mirror logs and counts them)."""
+        the version has no package. A package that records a decision already keeps it
+        (``DecisionConflictError``): the first decision stands, as its switch does. Errors are the
+        caller's (the mirror logs and counts them)."""
         package = find(self.client, group, version)
         if package is None:
             return None
+        if package.decision is not None:
+            raise DecisionConflictError(package.arn, package.decision, status)
         properties = {**package.metadata, **metadata(decision, status)}
         if len(properties) > METADATA_MAX:
             raise ValueError(

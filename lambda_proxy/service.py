@@ -13,6 +13,7 @@ import json
 import math
 import random
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -26,11 +27,11 @@ from contracts.registry import SHADOW_STATUS
 from contracts.routing import CanaryRoute, Route
 from contracts.settings import RouterSettings
 from lambda_proxy import registry, shadow, usage
-from lambda_proxy.auth import Caller, allowed, caller_from_event, listed
+from lambda_proxy.auth import Caller, allowed, caller_from_event, listed, voice
 from lambda_proxy.cache import CacheUnavailableError, ResponseCache, cache_key
-from lambda_proxy.canary import Canaries, Choice
+from lambda_proxy.canary import Canaries, Choice, Switch
 from lambda_proxy.quota import Limits, Quotas, prompt_tokens_estimate
-from lambda_proxy.sagemaker import NOT_STARTED, InvokeError, container_error, invoke, make_client
+from lambda_proxy.sagemaker import InvokeError, container_error, invoke, make_client
 from lambda_proxy.schema import GenerateRequest
 from lambda_proxy.settings import settings
 from lambda_proxy.telemetry import count_now, logger, metrics, tracer
@@ -134,6 +135,8 @@ class Dependencies:
     #: Where a shadow canary's decisions are recorded (``registry``): the Model Registry on
     #: AWS; None where there is none (the local platform, tests that do not ask for it).
     registry: registry.Recorder | None = None
+    #: The canaries whose recorded decision this process has read back (``read_back``).
+    read_back: dict[str, threading.Event] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -356,12 +359,25 @@ class Prepared:
     #: For a canary's request, the stable version's: what serves it when the canary's component
     #: is not there (``CANARY_ABSENT``).
     fallback: Prepared | None = None
-    #: Who sent it (the tenant, else the caller's ARN): a canary's failures count per caller.
+    #: Who sent it (the tenant, else the caller's ARN): the fair queue's sender.
     who: str = ""
+    #: Who it is as evidence about a canary (``auth.voice``): the 5xx rule and the paired test
+    #: count voices, not roles.
+    voice: str = ""
     #: A shadow canary's copy of this request, mirrored to it after stable answers (``mirror``).
     mirror: Prepared | None = None
     #: This is such a copy: the engine queues it as a sender of its own (``SHADOW_SENDER``).
     shadow: bool = False
+
+
+def prompt_estimate(req: GenerateRequest, overhead: int = 0) -> int:
+    """The prompt's tokens as the quota charges them (``contracts.tokens``): its text, each
+    message's template and ``overhead``, what the container adds (the adapter's system
+    instruction) when the request brings no system turn of its own."""
+    messages = [m.content for m in req.messages or []]
+    if any(m.role == "system" for m in req.messages or []):
+        overhead = 0
+    return prompt_tokens_estimate(req.inputs, messages, overhead)
 
 
 def charge(
@@ -371,10 +387,7 @@ def charge(
     request may generate plus an estimate of its prompt's tokens: an upper bound per
     character class, each message's template, and ``overhead``, what the container adds (the
     adapter's system instruction, when the request brings none)."""
-    messages = [m.content for m in req.messages or []]
-    if any(m.role == "system" for m in req.messages or []):
-        overhead = 0
-    estimate = prompt_tokens_estimate(req.inputs, messages, overhead)
+    estimate = prompt_estimate(req, overhead)
     cost = req.parameters.max_new_tokens + estimate
     quota = deps().quotas.check(who, adapter, cost, per_adapter)  # type: ignore[union-attr]
     if not quota.enforced:
@@ -431,6 +444,7 @@ def _version(
     canary = route.canary
     if canary is None:
         return route, None, Choice.STABLE
+    read_back(adapter, canary)
     choice = deps().canaries.route(adapter, canary, who, session)  # type: ignore[union-attr]
     if choice is not Choice.CANARY:
         return route, None, choice
@@ -454,15 +468,17 @@ def prepare(
     served, canary, choice = _version(adapter, who, route, session_key(call, session))
     revision = table.base_revision or ""
     prep = _prepared(adapter, who, served, req, revision, canary)
-    prep.who = who
+    prep.who, prep.voice = who, voice(caller, route)
     if canary is not None:
         prep.fallback = _prepared(adapter, who, route, req, revision)
-        prep.fallback.who = who
+        prep.fallback.who, prep.fallback.voice = who, prep.voice
     shadowed = route.canary
     if (
         choice is Choice.SHADOW
         and shadowed is not None
         and not req.stream
+        # Too short an answer scores the same whatever the model (``shadow``).
+        and req.parameters.max_new_tokens >= shadow.MIN_MIRROR_TOKENS
         # A share, not a secret: which requests are mirrored needs no cryptographic draw.
         and random.random() < (shadowed.shadow or 0.0)  # noqa: S311
     ):
@@ -470,9 +486,68 @@ def prepare(
         prep.mirror = _prepared(
             adapter, who, canary_route(route, shadowed), req, revision, shadowed
         )
-        prep.mirror.who = who
+        prep.mirror.who, prep.mirror.voice = who, prep.voice
         prep.mirror.shadow = True
     return prep
+
+
+#: How long a request waits for its process's first read of a canary's recorded decision.
+READ_BACK_WAIT_S = 1.0
+#: A recorded status -> the switch it sets.
+RECORDED_SWITCH: dict[str, Switch] = {"rolled-back": "off", "promoted": "split", "held": "held"}
+
+
+def read_back(adapter: str, canary: CanaryRoute) -> None:
+    """Once per process, read the decision the Model Registry records for this canary version
+    and set its switch where the cache holds none: the cache (Redis, with no replica in dev) is
+    not where a decision lives, the registry is (router attack r5, D4). The read runs on its own
+    thread; the first request waits for it at most ``READ_BACK_WAIT_S``, then goes by what the
+    cache says."""
+    d = deps()
+    recorder, group = d.registry, canary.registry_group
+    if recorder is None or group is None:
+        return
+    base = Canaries.base(adapter, canary)
+    with _READ_BACK_LOCK:
+        done = d.read_back.get(base)
+        if done is None:
+            done = d.read_back[base] = threading.Event()
+            threading.Thread(
+                target=_read_back, args=(d, adapter, canary, done), daemon=True
+            ).start()
+    done.wait(READ_BACK_WAIT_S)
+
+
+_READ_BACK_LOCK = threading.Lock()
+
+
+def _read_back(d: Dependencies, adapter: str, canary: CanaryRoute, done: threading.Event) -> None:
+    extra = {"adapter": adapter, "canary_version": canary.version, "group": canary.registry_group}
+    try:
+        status = d.registry.decided(canary.registry_group, canary.version)  # type: ignore[union-attr, arg-type]
+    except Exception as exc:  # the registry away: the cache's switches stand; try again later
+        count_now("RegistryReadFailed")
+        logger.warning(
+            "shadow canary decision not read back from the Model Registry",
+            extra={**extra, "error": f"{type(exc).__name__}: {exc}"[:500]},
+        )
+        with _READ_BACK_LOCK:
+            d.read_back.pop(Canaries.base(adapter, canary), None)
+        done.set()
+        return
+    switch = RECORDED_SWITCH.get(status or "")
+    if switch is not None:
+        d.canaries.restore(  # type: ignore[union-attr]
+            adapter,
+            canary,
+            switch,
+            json.dumps({"action": status, "reason": "recorded in the Model Registry"}),
+        )
+        logger.info(
+            "shadow canary decision read back from the Model Registry",
+            extra={**extra, "status": status},
+        )
+    done.set()
 
 
 def _prepared(
@@ -567,8 +642,13 @@ def serve(
         )
         raise
     usage.record(usage.of_answer(caller, route, adapter, done, kind))
-    if prep.mirror is not None and isinstance(done.get("output"), str):
-        mirror(prep.mirror, done["output"])
+    # A cache hit is an input stable answered before: the canary has had it (or a copy of it
+    # dropped), and one input is one piece of evidence however often it is sent.
+    if prep.mirror is not None and done.get("cache") != "hit":
+        if served_as(prep, done.get("artifact")) and isinstance(done.get("output"), str):
+            mirror(prep.mirror, done["output"])
+        else:  # stable's answer came from another artifact: it is not stable's to compare
+            _buffered("ShadowArtifactMismatch")
     return done
 
 
@@ -592,7 +672,7 @@ def _mirrored(prep: Prepared, stable_answer: str) -> None:
     assert canary is not None
     try:
         try:
-            answered = _invoke(prep)["generated_text"]
+            result = _invoke(prep)
         except InvokeError as exc:
             count_now("ShadowFailed")
             if exc.code not in CANARY_ABSENT:
@@ -608,10 +688,27 @@ def _mirrored(prep: Prepared, stable_answer: str) -> None:
             answered = ""
         else:
             count_canary(prep, None, count_now)
+            if not served_as(prep, result.get("artifact")):
+                # Another version answered under the canary's component (a release halfway):
+                # its answers are not this version's to be judged on (router attack r5, D7).
+                count_now("ShadowArtifactMismatch")
+                return
+            answered = result["generated_text"]
         schema = prep.payload["parameters"].get("json_schema")
         stable, mirrored = shadow.pair(canary, prep.payload, stable_answer, answered, schema)
+        if not stable:
+            count_now("ShadowUninformative")
+            return
         base = deps().canaries.base(prep.adapter, canary)  # type: ignore[union-attr]
-        tally = deps().pairs.add(base, stable, mirrored, prep.who)  # type: ignore[union-attr]
+        tally = deps().pairs.add(  # type: ignore[union-attr]
+            base,
+            stable,
+            mirrored,
+            prep.voice,
+            key=shadow.input_key(prep.payload),
+            every=canary.min_pairs,
+            min_callers=canary.min_callers,
+        )
         if tally is None:
             count_now("ShadowUnpaired")
         decision = shadow.decide(canary, tally) if tally is not None else None
@@ -622,11 +719,22 @@ def _mirrored(prep: Prepared, stable_answer: str) -> None:
         logger.exception("shadow mirror failed", extra={"adapter": prep.adapter})
 
 
+#: A mirror's failures that are the canary's own answer: its container's error (a 5xx, or a
+#: 4xx it gave to an input stable answered) or an answer that is not one.
+CANARY_ANSWERS = frozenset({"ModelError", "BadModelOutput"})
+#: Container statuses that say nothing of the version: busy (429, 503) or a slow read (408).
+_SHARED_STATUSES = frozenset({408, 429, 503})
+
+
 def unanswered(exc: InvokeError) -> bool:
-    """Whether a mirror's failure is the canary not answering a request stable answered (its
-    container's error, a 4xx it gave, a deadline it missed), rather than the component being
-    gone, a request never started, throttling, or capacity both versions share (503)."""
-    return not (exc.code in CANARY_ABSENT or exc.code in NOT_STARTED or exc.status in (429, 503))
+    """Whether a mirror's failure is the canary not answering a request stable answered: only
+    its container's own outcomes (``CANARY_ANSWERS``). Not the router's deadline (mirrors queue
+    as one low-priority sender, ``SHADOW_SENDER``, so they are the requests that miss it),
+    SageMaker's own failures (``InternalFailure``, ``InternalDependencyException``, an unmapped
+    code), a dropped connection, the component being gone, a request never started, or
+    capacity both versions share: such a mirror is dropped and counted (``ShadowFailed``),
+    never paired as the canary saying nothing (router attack r5, D3)."""
+    return exc.code in CANARY_ANSWERS and exc.status not in _SHARED_STATUSES
 
 
 def settle(adapter: str, canary: CanaryRoute, decision: shadow.Decision) -> None:
@@ -689,6 +797,10 @@ def record(adapter: str, canary: CanaryRoute, decision: shadow.Decision, kind: s
     extra = {"adapter": adapter, "canary_version": canary.version, "group": group}
     try:
         arn = recorder.record(group, canary.version, decision, status)
+    except registry.DecisionConflictError as exc:  # the first decision recorded stands
+        count_now("RegistryRecordConflict")
+        logger.warning("shadow canary decision not recorded", extra={**extra, "reason": str(exc)})
+        return
     except Exception as exc:  # the registry's failure must not undo or hide the decision
         count_now("RegistryRecordFailed")
         logger.warning(
@@ -784,7 +896,7 @@ def count_canary(prep: Prepared, exc: InvokeError | None, count: Count = _buffer
     if prep.canary is None:
         return
     outcome = deps().canaries.record(  # type: ignore[union-attr]
-        prep.adapter, prep.canary, canary_fault(exc), caller=prep.who
+        prep.adapter, prep.canary, canary_fault(exc), caller=prep.voice
     )
     if not outcome.rolled_back:
         return
@@ -933,18 +1045,25 @@ def retry_headers(exc: InvokeError) -> dict[str, str]:
     return {}
 
 
+def served_as(prep: Prepared, artifact: Any) -> bool:
+    """Whether ``artifact`` (an answer's) is the one ``prep`` routes to: the route's name and
+    version, and its weights' sha256 where the catalog pins them."""
+    if not isinstance(artifact, dict):
+        return False
+    same = (artifact.get("name"), artifact.get("version")) == (prep.adapter, prep.version)
+    if same and prep.weights_sha256 is not None:
+        same = artifact.get("sha256") == prep.weights_sha256
+    return same
+
+
 def _served_as_routed(prep: Prepared, result: dict[str, Any], count: Count) -> bool:
     """Whether the artifact the container reports is the one the key names: the route's name
     and version, and its weights' sha256 where the catalog pins them. During a rollout a
     container may still serve the previous version, and a component may answer from the base
     model (``artifact: null``); neither answer may be cached under the adapter's key."""
     artifact = result.get("artifact")
-    if isinstance(artifact, dict):
-        same = (artifact.get("name"), artifact.get("version")) == (prep.adapter, prep.version)
-        if same and prep.weights_sha256 is not None:
-            same = artifact.get("sha256") == prep.weights_sha256
-        if same:
-            return True
+    if served_as(prep, artifact):
+        return True
     count("ArtifactMismatch")
     logger.warning(
         "served artifact differs from the route; answer not cached",

@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import secrets
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -49,7 +50,7 @@ from typing import Any, Literal
 
 import redis
 
-from contracts.quality import HIGHER_IS_BETTER, measurable, measure
+from contracts.quality import HIGHER_IS_BETTER, answered, measurable, measure
 from contracts.routing import CanaryRoute
 
 #: Mirrors running at once in one process; one more is dropped rather than queued.
@@ -59,29 +60,45 @@ MAX_IN_FLIGHT = 2
 #: promotion, which needs every signal's).
 MIN_SIGNAL_PAIRS = 20
 
-#: KEYS: the pairs' sums (a hash), the canary's off switch, its callers (a hash of digests).
-#: ARGV: the caller's digest, then for each signal measured on this pair its name, stable's
-#: value, the canary's, the oriented difference and its square. Returns the hash after adding
-#: the pair (empty when the canary is off: a pair landing after a rollback counts for nothing).
-#: No TTL, as for the switch (``lambda_proxy.canary``): ``volatile-lru`` must not evict a
-#: running test.
+#: The fewest new tokens a request may ask for to be mirrored: shorter answers score the same
+#: on every signal whatever the model wrote (a one-word answer is answered, never repeats, and
+#: keeps no fact), so a flood of them would promote any canary (router attack r5, D1).
+MIN_MIRROR_TOKENS = 16
+#: A pair in which both answers have fewer words than this carries no evidence either (a
+#: request that asked for many tokens but was answered in two words on both sides).
+MIN_EVIDENCE_WORDS = 4
+
+#: KEYS: the pairs' sums (a hash: every pair, for people), the canary's off switch, its voices
+#: (a hash of digest -> pairs), the inputs already paired (a set of digests), this voice's own
+#: sums (a hash). ARGV: the voice's digest, the input's digest, then for each signal measured
+#: on this pair its name, stable's value, the canary's, the oriented difference and its
+#: square. Returns ``{n}``, the pairs counted so far; ``{-1}`` when this input was paired
+#: before (one input is one piece of evidence, however often it is replayed); empty when the
+#: canary is off (a pair landing after a rollback counts for nothing). No TTL, as for the
+#: switch (``lambda_proxy.canary``): ``volatile-lru`` must not evict a running test.
 _PAIR_SCRIPT = """
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return {}
 end
-redis.call('HINCRBY', KEYS[1], 'n', 1)
+if redis.call('SADD', KEYS[4], ARGV[2]) == 0 then
+  return {-1}
+end
+local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
+redis.call('HINCRBY', KEYS[5], 'n', 1)
 if redis.call('HINCRBY', KEYS[3], ARGV[1], 1) == 1 then
   redis.call('HINCRBY', KEYS[1], 'callers', 1)
 end
-for i = 2, #ARGV, 5 do
+for i = 3, #ARGV, 5 do
   local name = ARGV[i]
-  redis.call('HINCRBY', KEYS[1], 'n:' .. name, 1)
-  redis.call('HINCRBYFLOAT', KEYS[1], 's:' .. name, ARGV[i + 1])
-  redis.call('HINCRBYFLOAT', KEYS[1], 'c:' .. name, ARGV[i + 2])
-  redis.call('HINCRBYFLOAT', KEYS[1], 'd:' .. name, ARGV[i + 3])
-  redis.call('HINCRBYFLOAT', KEYS[1], 'q:' .. name, ARGV[i + 4])
+  for _, key in ipairs({KEYS[1], KEYS[5]}) do
+    redis.call('HINCRBY', key, 'n:' .. name, 1)
+    redis.call('HINCRBYFLOAT', key, 's:' .. name, ARGV[i + 1])
+    redis.call('HINCRBYFLOAT', key, 'c:' .. name, ARGV[i + 2])
+    redis.call('HINCRBYFLOAT', key, 'd:' .. name, ARGV[i + 3])
+    redis.call('HINCRBYFLOAT', key, 'q:' .. name, ARGV[i + 4])
+  end
 end
-return redis.call('HGETALL', KEYS[1])
+return {n}
 """
 
 
@@ -92,17 +109,23 @@ def oriented(signal: str, stable: float, canary: float) -> float:
 
 @dataclass(frozen=True)
 class Tally:
-    """The sums after a pair: ``n`` pairs from ``callers`` distinct callers, and per signal the
+    """The sums a look reads: ``n`` pairs from ``callers`` distinct voices, and per signal the
     pairs it was measured on (``counts``), stable's and the canary's sums and the oriented
-    differences' sum and sum of squares."""
+    differences' sum and sum of squares. After ``capped`` the figures are weighted (no voice
+    carries more than its share) and ``raw`` keeps the pairs counted, which set the looks."""
 
-    n: int
+    n: float
     stable: Mapping[str, float]
     canary: Mapping[str, float]
     diff: Mapping[str, float]
     diff_sq: Mapping[str, float]
-    counts: Mapping[str, int]
+    counts: Mapping[str, float]
     callers: int = 1
+    raw: int = -1
+
+    def __post_init__(self) -> None:
+        if self.raw < 0:
+            object.__setattr__(self, "raw", int(self.n))
 
     @classmethod
     def of_hash(cls, fields: Mapping[str, float]) -> Tally:
@@ -117,9 +140,60 @@ class Tally:
             parts["c"],
             parts["d"],
             parts["q"],
-            {k: int(v) for k, v in parts["n"].items()},
+            parts["n"],
             int(fields.get("callers", 0)),
         )
+
+
+def share_cap(pairs: list[float], voices: int) -> float:
+    """The most pairs any one voice may carry so that none carries more than 1/``voices`` of
+    the evidence: the cap t with ``voices * t == sum(min(p, t))`` (water-filling), the largest
+    such t. Zero when fewer than ``voices`` voices sent pairs: ``min_callers`` follows from it."""
+    ordered = sorted((p for p in pairs if p > 0), reverse=True)
+    if voices <= 1:
+        return float(ordered[0]) if ordered else 0.0
+    for capped in range(min(voices, len(ordered) + 1)):
+        rest = sum(ordered[capped:])
+        cap = rest / (voices - capped)
+        if (capped == 0 or ordered[capped - 1] >= cap) and (
+            capped == len(ordered) or ordered[capped] <= cap
+        ):
+            return cap
+    return 0.0
+
+
+def capped(voices: Mapping[str, Tally], min_callers: int) -> Tally:
+    """One tally from each voice's own, each voice's pairs weighted down to ``share_cap``: a
+    tenant that sends most of the pairs counts as much as ``1 / min_callers`` of them, on
+    ``n`` and on every signal's sums alike, so no one tenant decides for everyone, however
+    many requests it sends (router attack r5, D1 and D2)."""
+    cap = share_cap([t.n for t in voices.values()], min_callers)
+    sums: dict[str, dict[str, float]] = {k: {} for k in ("s", "c", "d", "q", "n")}
+    n = 0.0
+    for t in voices.values():
+        if t.n <= 0:
+            continue
+        w = min(1.0, cap / t.n)
+        n += w * t.n
+        for kind, part in (
+            ("s", t.stable),
+            ("c", t.canary),
+            ("d", t.diff),
+            ("q", t.diff_sq),
+            ("n", t.counts),
+        ):
+            for name, value in part.items():
+                sums[kind][name] = sums[kind].get(name, 0.0) + w * value
+    return Tally(
+        n,
+        sums["s"],
+        sums["c"],
+        sums["d"],
+        sums["q"],
+        sums["n"],
+        sum(1 for t in voices.values() if t.n > 0),
+        raw=int(sum(t.n for t in voices.values())),
+    )
 
 
 @dataclass(frozen=True)
@@ -147,7 +221,8 @@ class Decision:
     """What a look decided, with its evidence."""
 
     action: Literal["continue", "rollback", "promote"]
-    n: int
+    #: The pairs weighed, each voice capped at its share (``capped``).
+    n: float
     look: int
     #: The one-sided error rate each signal's bound was taken at, at this look.
     alpha: float
@@ -156,6 +231,14 @@ class Decision:
     #: Distinct callers among the pairs, and how many a decision needs.
     callers: int = 1
     min_callers: int = 1
+    #: The pairs counted, before the cap.
+    pairs: int = 0
+
+    @property
+    def pairs_text(self) -> str:
+        """The pairs weighed, and those counted where the cap weighed some down."""
+        weighed = f"{self.n:.0f}"
+        return weighed if round(self.n) == self.pairs else f"{weighed} (of {self.pairs})"
 
     @property
     def _callers(self) -> str:
@@ -171,26 +254,27 @@ class Decision:
                     f"worse by at least {-b.upper:.3f} (margin {b.margin:g})"
                     for b in worse
                 )
-                + f" over {self.n} mirrored requests from {self._callers}"
+                + f" over {self.pairs_text} mirrored requests from {self._callers}"
             )
         if self.action == "promote":
             return (
-                f"not worse than stable on {len(self.bounds)} signals over {self.n} pairs "
+                f"not worse than stable on {len(self.bounds)} signals over {self.pairs_text} pairs "
                 f"from {self._callers}"
             )
         if self.callers < self.min_callers:
             return (
-                f"undecided after {self.n} pairs: from {self._callers}, a decision "
+                f"undecided after {self.pairs_text} pairs: from {self._callers}, a decision "
                 f"needs {self.min_callers}"
             )
-        return f"undecided after {self.n} pairs"
+        return f"undecided after {self.pairs_text} pairs"
 
     def evidence(self) -> dict[str, Any]:
         """The decision as logged, and as kept in the canary's split switch."""
         return {
             "action": self.action,
             "reason": self.reason,
-            "n": self.n,
+            "n": round(self.n, 2),
+            "pairs": self.pairs,
             "look": self.look,
             "callers": self.callers,
             "alpha": self.alpha,
@@ -228,13 +312,16 @@ def bound(canary: CanaryRoute, tally: Tally, signal: str, z: float) -> Bound:
 
 def decide(canary: CanaryRoute, tally: Tally) -> Decision | None:
     """The test at this pair count: None between looks, else a decision (``continue`` when a
-    look decides nothing). A decision needs pairs from ``min_callers`` distinct callers (the
-    5xx rule's setting: one tenant's inputs must not decide for everyone); a signal counts
-    once it was measured on ``MIN_SIGNAL_PAIRS`` pairs, and a promotion needs every signal's."""
-    n = tally.n
-    if n < canary.min_pairs or n % canary.min_pairs:
+    look decides nothing). Looks come every ``min_pairs`` pairs counted (``tally.raw``); what
+    a look weighs is ``capped``: a decision needs pairs from ``min_callers`` distinct voices
+    (the 5xx rule's setting: one tenant's inputs must not decide for everyone), each carrying
+    at most ``1 / min_callers`` of the evidence, and ``promote_after`` counts the weighted
+    pairs. A signal counts once it was measured on ``MIN_SIGNAL_PAIRS`` weighted pairs, and a
+    promotion needs every signal's."""
+    raw, n = tally.raw, tally.n
+    if raw < canary.min_pairs or raw % canary.min_pairs:
         return None
-    look = n // canary.min_pairs
+    look = raw // canary.min_pairs
     signals = sorted(canary.margins)
     alpha = (1.0 - canary.confidence) / (look * (look + 1)) / max(1, len(signals))
     z = NormalDist().inv_cdf(1.0 - alpha)
@@ -246,7 +333,7 @@ def decide(canary: CanaryRoute, tally: Tally) -> Decision | None:
             action = "rollback"
         elif n >= canary.promote_after and all(b.measured and b.lower > -b.margin for b in bounds):
             action = "promote"
-    return Decision(action, n, look, alpha, z, bounds, callers, canary.min_callers)
+    return Decision(action, n, look, alpha, z, bounds, callers, canary.min_callers, raw)
 
 
 class Pairs:
@@ -254,14 +341,19 @@ class Pairs:
     shares; in this process only where the router has no Redis at all (one process, as the
     local platform without Redis). Where Redis is configured but does not answer, a pair is
     dropped rather than summed here: per-process sums would each run the test at its full error
-    rate, and a decision made on them would stay in that process."""
+    rate, and a decision made on them would stay in that process.
+
+    Sums are kept per voice as well as in total, so that a look can weigh each voice at most
+    its share (``capped``); an input is paired once per test, whoever sends it again."""
 
     def __init__(self, client: redis.Redis | None) -> None:
         register = getattr(client, "register_script", None)
         self._pair = register(_PAIR_SCRIPT) if register is not None else None
+        self._client = client
         self._lock = threading.Lock()
         self._local: dict[str, dict[str, float]] = {}
-        self._callers: dict[str, set[str]] = {}
+        self._voices: dict[str, dict[str, dict[str, float]]] = {}
+        self._seen: dict[str, set[str]] = {}
 
     def add(
         self,
@@ -269,37 +361,90 @@ class Pairs:
         stable: Mapping[str, float],
         canary: Mapping[str, float],
         caller: str = "",
+        *,
+        key: str | None = None,
+        every: int = 1,
+        min_callers: int = 1,
     ) -> Tally | None:
-        """Add one pair from ``caller`` (the signals measured on it); the sums after it, or None
-        when it did not count (the canary is off, or Redis did not answer)."""
+        """Add one pair from ``caller`` (a voice: ``auth.voice``) on the input ``key`` (None:
+        an input of its own); the tally after it, or None when it did not count (the canary is
+        off, the input was paired before, or Redis did not answer). The tally is the voices'
+        ``capped`` one when the pairs counted are a multiple of ``every`` (a look: the only
+        place it is read), else the plain totals."""
         who = hashlib.sha256(f"{base}|{caller}".encode()).hexdigest()[:16]
-        args: list[Any] = [who]
+        seen = key if key is not None else secrets.token_hex(8)
+        values: list[tuple[str, float, float, float]] = []
         for s in sorted(stable):
             d = oriented(s, stable[s], canary[s])
-            args += [s, repr(stable[s]), repr(canary[s]), repr(d), repr(d * d)]
+            values.append((s, stable[s], canary[s], d))
         if self._pair is not None:
+            args: list[Any] = [who, seen]
+            for s, st, ca, d in values:
+                args += [s, repr(st), repr(ca), repr(d), repr(d * d)]
             try:
                 got = self._pair(
-                    keys=[f"{base}:pairs", f"{base}:off", f"{base}:callers"], args=args
+                    keys=[
+                        f"{base}:pairs",
+                        f"{base}:off",
+                        f"{base}:callers",
+                        f"{base}:seen",
+                        f"{base}:pairs:{who}",
+                    ],
+                    args=args,
                 )
+                if not got or int(got[0]) < 0:
+                    return None
+                n = int(got[0])
+                if n % every == 0:
+                    return capped(voice_tallies(self._client, base), min_callers)
+                return Tally.of_hash(_decoded(self._client.hgetall(f"{base}:pairs")))
             except redis.RedisError:
                 return None
-            if not got:
-                return None
-            it = iter(got)
-            return Tally.of_hash({k.decode(): float(v) for k, v in zip(it, it, strict=True)})
         with self._lock:
-            sums = self._local.setdefault(base, {"n": 0.0})
-            sums["n"] += 1
-            seen = self._callers.setdefault(base, set())
-            seen.add(who)
-            sums["callers"] = float(len(seen))
-            for s in stable:
-                d = oriented(s, stable[s], canary[s])
-                sums[f"n:{s}"] = sums.get(f"n:{s}", 0.0) + 1
-                for kind, value in (("s", stable[s]), ("c", canary[s]), ("d", d), ("q", d * d)):
-                    sums[f"{kind}:{s}"] = sums.get(f"{kind}:{s}", 0.0) + value
-            return Tally.of_hash(sums)
+            if seen in self._seen.setdefault(base, set()):
+                return None
+            self._seen[base].add(seen)
+            voices = self._voices.setdefault(base, {})
+            for sums in (self._local.setdefault(base, {}), voices.setdefault(who, {})):
+                sums["n"] = sums.get("n", 0.0) + 1
+                for s, st, ca, d in values:
+                    sums[f"n:{s}"] = sums.get(f"n:{s}", 0.0) + 1
+                    for kind, value in (("s", st), ("c", ca), ("d", d), ("q", d * d)):
+                        sums[f"{kind}:{s}"] = sums.get(f"{kind}:{s}", 0.0) + value
+            self._local[base]["callers"] = float(len(voices))
+            if int(self._local[base]["n"]) % every == 0:
+                return capped({w: Tally.of_hash(v) for w, v in voices.items()}, min_callers)
+            return Tally.of_hash(self._local[base])
+
+    def tally(self, base: str, min_callers: int) -> Tally:
+        """The weighted tally as a look would read it now."""
+        if self._pair is not None:
+            return capped(voice_tallies(self._client, base), min_callers)
+        with self._lock:
+            voices = self._voices.get(base, {})
+            return capped({w: Tally.of_hash(v) for w, v in voices.items()}, min_callers)
+
+
+def voice_tallies(client: Any, base: str) -> dict[str, Tally]:
+    """Each voice's own sums in Redis (one round trip for all of them)."""
+    voices = [k.decode() if isinstance(k, bytes) else k for k in client.hkeys(f"{base}:callers")]
+    pipe = client.pipeline(transaction=False)
+    for who in voices:
+        pipe.hgetall(f"{base}:pairs:{who}")
+    return {
+        who: Tally.of_hash(_decoded(fields))
+        for who, fields in zip(voices, pipe.execute(), strict=True)
+    }
+
+
+def _decoded(fields: Mapping[Any, Any]) -> dict[str, float]:
+    return {(k.decode() if isinstance(k, bytes) else k): float(v) for k, v in fields.items()}
+
+
+def input_key(payload: Mapping[str, Any]) -> str:
+    """What makes two mirrored requests the same input: the payload the canary receives."""
+    raw = json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(raw).hexdigest()[:32]
 
 
 def required_keys(schema: Mapping[str, Any] | None) -> Callable[[Any], bool] | None:
@@ -309,7 +454,9 @@ def required_keys(schema: Mapping[str, Any] | None) -> Callable[[Any], bool] | N
     what a mirror catches is an answer cut short or a key dropped."""
     if not schema:
         return None
-    required = [k for k in schema.get("required", ()) if isinstance(k, str)]
+    listed = schema.get("required", ())
+    # A caller's schema may say anything: a ``required`` that is not a list requires nothing.
+    required = [k for k in listed if isinstance(k, str)] if isinstance(listed, list) else []
     return lambda obj: isinstance(obj, dict) and all(k in obj for k in required)
 
 
@@ -333,7 +480,13 @@ def pair(
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Both versions' signals of their answers to one payload, on the signals its input can
     show (``contracts.quality.measurable``: an input with no fact says nothing of whether a
-    version keeps facts, and must not count as a pair in which both did)."""
+    version keeps facts, and must not count as a pair in which both did). No signal at all
+    when both answers are under ``MIN_EVIDENCE_WORDS`` words and both say something: such a
+    pair scores the same whatever the models are, and counting it would let short answers
+    decide (a canary that says nothing where stable says a word is still told apart)."""
+    short = max(len(stable_answer.split()), len(canary_answer.split())) < MIN_EVIDENCE_WORDS
+    if short and answered(stable_answer) == answered(canary_answer):
+        return {}, {}
     text = source_text(payload)
     names = measurable(tuple(sorted(canary.margins)), text)
     check = required_keys(schema)
@@ -386,10 +539,7 @@ def state(client: Any, base: str, canary: CanaryRoute) -> dict[str, Any]:
         return raw.decode() if isinstance(raw, bytes) else raw
 
     off, split, held = get("off"), get("split"), get("held")
-    fields = client.hgetall(f"{base}:pairs") or {}
-    tally = Tally.of_hash(
-        {(k.decode() if isinstance(k, bytes) else k): float(v) for k, v in fields.items()}
-    )
+    tally = Tally.of_hash(_decoded(client.hgetall(f"{base}:pairs") or {}))
     decided = next((v for v in (off, split, held) if v is not None), None)
     try:
         evidence = json.loads(decided) if decided is not None else None
@@ -405,7 +555,7 @@ def state(client: Any, base: str, canary: CanaryRoute) -> dict[str, Any]:
         where = "promotion held"
     else:
         where = "judging"
-    n = tally.n
+    n = tally.raw
     return {
         "version": canary.version,
         "mode": "shadow" if canary.shadow is not None else "split",
@@ -413,6 +563,8 @@ def state(client: Any, base: str, canary: CanaryRoute) -> dict[str, Any]:
         "weight": canary.weight,
         "state": where,
         "pairs": n,
+        # What a look weighs: each voice at most 1 / min_callers of it (``capped``).
+        "weighed_pairs": round(capped(voice_tallies(client, base), canary.min_callers).n, 1),
         "min_pairs": canary.min_pairs,
         "promote_after": canary.promote_after,
         "next_look": (n // canary.min_pairs + 1) * canary.min_pairs,

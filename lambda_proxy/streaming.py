@@ -23,6 +23,7 @@ in one piece.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import queue
 import threading
@@ -43,6 +44,9 @@ from lambda_proxy.telemetry import count_now, logger
 
 KEEPALIVE_S = 15.0
 _END = object()
+#: The usage status of a stream whose client left before its end (nginx's "client closed
+#: request", the status proxies log for it).
+ABANDONED = 499
 
 
 @dataclass
@@ -62,6 +66,12 @@ class StreamPlan:
     #: Who asked and the adapter's route: the stream's usage record (``lambda_proxy.usage``).
     caller: Any = None
     route: Route | None = None
+    #: The prompt's token estimate (``contracts.tokens``): what an abandoned stream's record
+    #: carries as its input, since no answer reported the real count.
+    prompt_tokens: int = 0
+    #: Pieces sent to the client so far, and whether the stream's usage record is written.
+    streamed: int = 0
+    recorded: bool = False
 
 
 def refusal(kind: str, exc: RouterError, request_id: str | None) -> tuple[int, dict, bytes]:
@@ -97,10 +107,26 @@ def _admit(
     t0: float,
     session: str | None = None,
 ) -> StreamPlan:
-    prep = service.prepare(call, adapter, caller, route, req, session)
+    try:
+        prep = service.prepare(call, adapter, caller, route, req, session)
+    except RouterError as exc:  # refused at its quota: usage, as a buffered refusal is
+        ms = (time.perf_counter() - t0) * 1000
+        usage.record(
+            usage.of_failure(caller, route, adapter, "stream", exc.status, ms, call.request_id)
+        )
+        raise
     hit, status = service.lookup(prep)
     return StreamPlan(
-        kind, adapter, prep, status, hit, t0, request_id=call.request_id, caller=caller, route=route
+        kind,
+        adapter,
+        prep,
+        status,
+        hit,
+        t0,
+        request_id=call.request_id,
+        caller=caller,
+        route=route,
+        prompt_tokens=service.prompt_estimate(req, route.prompt_overhead),
     )
 
 
@@ -151,6 +177,11 @@ class Stream:
         p = self.plan
         # Outside the handler's lock: counted at once, not in its metric buffer.
         service.count_canary(p.prep, exc, count=count_now)
+        ms = (time.perf_counter() - p.t0) * 1000
+        usage.record(
+            usage.of_failure(p.caller, p.route, p.model, "stream", exc.status, ms, p.request_id)
+        )
+        p.recorded = True
         failure = service.invoke_failure(p.model, exc, p.request_id, count=count_now)
         return refusal(p.kind, failure, p.request_id)
 
@@ -190,6 +221,21 @@ class Stream:
             except Exception as exc:  # closing a broken connection: nothing left to free
                 logger.debug("closing the model stream: %s", exc)
         self._queue.put(_END)
+
+    def finish(self) -> None:
+        """The stream is over for its client: when it left before the answer's end, its usage
+        is written here (router attack r5, D5), with ``ABANDONED`` as its status, the pieces it
+        was sent as its output tokens and the prompt's estimate as its input: the model ran
+        and the quota was charged, so the endpoint's cost is this tenant's share too."""
+        p = self.plan
+        if p.recorded:
+            return
+        p.recorded = True
+        ms = (time.perf_counter() - p.t0) * 1000
+        record = usage.of_failure(p.caller, p.route, p.model, "stream", ABANDONED, ms, p.request_id)
+        usage.record(
+            dataclasses.replace(record, input_tokens=p.prompt_tokens, output_tokens=p.streamed)
+        )
 
     # -- the writer ------------------------------------------------------------------------
     def events(self) -> Iterator[bytes]:
@@ -297,6 +343,7 @@ class _Format:
             )
 
     def token(self, text: str) -> Iterator[bytes]:
+        self.plan.streamed += 1
         if self.plan.kind == "native":
             yield sse({"text": text}, event="token")
         else:
@@ -308,6 +355,7 @@ class _Format:
             p.model, p.prep.version, result, p.status, p.t0, model_ms, p.request_id
         )
         usage.record(usage.of_answer(p.caller, p.route, p.model, native, "stream"))
+        p.recorded = True
         if p.kind == "native":
             yield sse(native, event="done")
             return
@@ -342,6 +390,7 @@ class _Format:
         usage.record(
             usage.of_failure(p.caller, p.route, p.model, "stream", exc.status, ms, p.request_id)
         )
+        p.recorded = True
         service.count_canary(self.plan.prep, exc, count=count_now)
         if exc.status >= 500:  # API Gateway's 5XXError never sees it: alarmed on this one
             count_now("StreamServerError")

@@ -235,6 +235,7 @@ async def _stream(kind: str, event: dict[str, Any], context: LambdaContext) -> R
                 yield chunk
         finally:
             stream.cancel()  # the client went away, or the stream ended: stop reading
+            stream.finish()  # and its usage is written, whichever it was
 
     return StreamingResponse(
         body(),

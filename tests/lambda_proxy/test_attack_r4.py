@@ -245,8 +245,10 @@ def test_a_buffered_container_deadline_is_a_504(r13):
 
 
 def test_one_tenant_whose_inputs_fail_cannot_roll_back_a_canary_for_everyone(r13):
+    # Two tenants the catalog names: two voices (roles a wildcard admits are one, r5 D2).
     fake = FakeSM(error=_container_error(500))
-    configure(r13, table(canary={**CANARY, "min_callers": 2}), fake)
+    route = table(canary={**CANARY, "min_callers": 2}, tenants=["t", "another-team"])
+    configure(r13, route, fake)
     for i in range(10):
         call(ev("/v1/adapters/m/generate", {"inputs": f"bad {i}"}, WHO))
     assert not r13.exists("lora:canary:v1:m:2:off"), "one caller ended the canary"

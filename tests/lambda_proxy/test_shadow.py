@@ -132,7 +132,7 @@ CONTACT = "Please call Maria Lopez at 555-123-4567 or mail maria.lopez@example.c
 
 
 def _note(i: int) -> str:
-    return NOTE.replace("54", str(30 + i % 50))
+    return NOTE.replace("54", str(30 + i))  # distinct: an input is paired once per test
 
 
 def _json_record(text: str) -> str:
@@ -324,7 +324,7 @@ def test_a_mirror_is_charged_to_no_quota_and_enters_no_cache(
     )
     statuses = []
     for i in range(6):
-        body = {"inputs": _note(i), "parameters": {"max_new_tokens": 8}}
+        body = {"inputs": _note(i), "parameters": {"max_new_tokens": 16}}
         arn = f"arn:aws:sts::123456789012:assumed-role/{tenant}/session-1"
         status, _ = call(event(body=body, arn=arn))
         statuses.append(status)
@@ -393,35 +393,44 @@ class Registry:
             for i, v in enumerate(("1.0.0", canary_version), start=1)
         }
         self.canary_arn = arns[canary_version]
-        self.stub.add_response(
-            "list_model_packages",
-            {
-                "ModelPackageSummaryList": [
+        # Read once by the first request (the decision recorded, if any: none yet), once by
+        # the decision, in this order.
+        for _lookup in range(2):
+            self.stub.add_response(
+                "list_model_packages",
+                {
+                    "ModelPackageSummaryList": [
+                        {
+                            "ModelPackageArn": arn,
+                            "ModelPackageGroupName": GROUP,
+                            "CreationTime": "2026-12-01T00:00:00Z",
+                            "ModelPackageStatus": "Completed",
+                        }
+                        for arn in arns.values()
+                    ]
+                },
+                {"ModelPackageGroupName": GROUP, "ModelPackageType": "Versioned"},
+            )
+            for v, arn in arns.items():
+                self.stub.add_response(
+                    "describe_model_package",
                     {
+                        "ModelPackageName": GROUP,
                         "ModelPackageArn": arn,
-                        "ModelPackageGroupName": GROUP,
                         "CreationTime": "2026-12-01T00:00:00Z",
                         "ModelPackageStatus": "Completed",
-                    }
-                    for arn in arns.values()
-                ]
-            },
-            {"ModelPackageGroupName": GROUP, "ModelPackageType": "Versioned"},
-        )
-        for v, arn in arns.items():
-            self.stub.add_response(
-                "describe_model_package",
-                {
-                    "ModelPackageName": GROUP,
-                    "ModelPackageArn": arn,
-                    "CreationTime": "2026-12-01T00:00:00Z",
-                    "ModelPackageStatus": "Completed",
-                    "ModelPackageStatusDetails": {"ValidationStatuses": []},
-                    "ModelApprovalStatus": "Approved",
-                    "CustomerMetadataProperties": {"version": v},
-                },
-                {"ModelPackageName": arn},
-            )
+                        "ModelPackageStatusDetails": {"ValidationStatuses": []},
+                        "ModelApprovalStatus": "Approved",
+                        "CustomerMetadataProperties": {"version": v},
+                        # As publish registers a shadow canary (training.registry).
+                        **(
+                            {"ModelLifeCycle": {"Stage": "shadow-canary", "StageStatus": "judging"}}
+                            if v == canary_version
+                            else {}
+                        ),
+                    },
+                    {"ModelPackageName": arn},
+                )
         if fail:
             self.stub.add_client_error("update_model_package", fail, http_status_code=400)
         else:
@@ -494,7 +503,7 @@ def test_a_decision_is_recorded_in_the_canary_versions_model_package(
     assert update["ModelLifeCycle"]["StageStatus"] == status
     props = update["CustomerMetadataProperties"]
     decided = json.loads(_switch(version, "split" if kind == "promote" else "off"))
-    assert props["shadow-decision"] == status and props["shadow-pairs"] == str(decided["n"])
+    assert props["shadow-decision"] == status and props["shadow-pairs"] == f"{decided['n']:.0f}"
     facts = decided["signals"]["facts_kept"]
     assert props["shadow-facts_kept"].startswith(
         f"stable {facts['stable_mean']:.3f} canary {facts['canary_mean']:.3f}"
@@ -577,7 +586,8 @@ def test_one_callers_inputs_decide_nothing_until_another_caller_agrees(setup, ve
     """One tenant's 30 requests rolled a canary back for everyone (review); a decision needs
     pairs from ``min_callers`` callers, as the 5xx rule does."""
     canary = _canary(version, min_callers=2)
-    setup(canary, lambda t: f"Patient note: {t}", lambda t: "Patient seen.", tenants=["*"])
+    tenants = ["clinic-north", "clinic-south"]  # named: two voices (a wildcard's roles are one)
+    setup(canary, lambda t: f"Patient note: {t}", lambda t: "Patient seen.", tenants=tenants)
     alone = "arn:aws:sts::123456789012:assumed-role/clinic-north/session-1"
     other = "arn:aws:sts::123456789012:assumed-role/clinic-south/session-1"
     for i in range(200):
@@ -602,8 +612,11 @@ def test_inputs_without_facts_are_no_evidence_that_a_canary_keeps_them(setup, ve
     canary = _canary(version, promote="split", promote_after=60, margins={"facts_kept": 0.05,
                      "answered": 0.02, "repetition": 0.05})  # fmt: skip
     setup(canary, lambda t: t, lambda t: "the patient was seen")
-    for _ in range(400):
-        status, _ = _ask("the patient was seen and went home")
+    for i in range(400):
+        # Distinct inputs (one input is one pair), none stating a fact.
+        status, _ = _ask(
+            f"the patient was seen and went home, case {chr(97 + i % 26)}{chr(97 + i // 26)}"
+        )
         assert status == 200
         assert service.deps().mirrors.wait()
     assert _switch(version, "split") is None and _switch(version, "off") is None
