@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import json
@@ -10,6 +11,7 @@ import re
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,9 +181,10 @@ def routed(cache: Any, client: Any, **changes: dict[str, Any]) -> dict[str, Any]
     return table
 
 
-@pytest.fixture
-def own_redis(tmp_path):
-    """A Redis of our own that a test may kill mid-run."""
+@contextlib.contextmanager
+def redis_server(where: Any) -> Iterator[tuple[subprocess.Popen, redis.Redis]]:
+    """A Redis of our own on a free port (its files in ``where``), answering before it is
+    handed out; killed after."""
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -195,7 +198,7 @@ def own_redis(tmp_path):
             "--appendonly",
             "no",
             "--dir",
-            str(tmp_path),
+            str(where),
         ],
         stdout=subprocess.DEVNULL,
     )
@@ -208,9 +211,18 @@ def own_redis(tmp_path):
             break
         except redis.RedisError:
             time.sleep(0.05)
-    yield proc, client
-    proc.kill()
-    proc.wait()
+    try:
+        yield proc, client
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    """A Redis of our own that a test may kill mid-run."""
+    with redis_server(tmp_path) as server:
+        yield server
 
 
 #: What no error body may carry: an ARN, an account id, a URL, a file path or a traceback.
