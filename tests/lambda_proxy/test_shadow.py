@@ -695,3 +695,44 @@ def test_an_openai_client_sending_only_a_user_turn_is_mirrored_and_judged(setup,
     assert set(answers) == {stable("")}
     evidence = json.loads(_switch(version, "off"))
     assert signal in evidence["reason"] and evidence["signals"][signal]["canary_mean"] == 1.0
+
+
+# -- round five: one voice decides nothing for everyone ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pairs", "voices", "cap"),
+    [
+        ([40, 1, 1], 3, 1.0),  # the flood weighs what each other voice does
+        ([10, 10, 10], 3, 10.0),  # balanced: nothing is weighted down
+        ([10, 10], 3, 0.0),  # fewer voices than min_callers: nothing to decide on
+        ([100, 50, 50, 50], 3, 75.0),  # each voice at most a third of 225
+        ([7], 1, 7.0),  # min_callers 1: one voice may decide, uncapped
+    ],
+)
+def test_no_voice_carries_more_than_its_share(pairs, voices, cap) -> None:
+    assert shadow.share_cap(pairs, voices) == pytest.approx(cap)
+    weighed = sum(min(p, cap) for p in pairs)
+    assert all(min(p, cap) <= weighed / voices + 1e-9 for p in pairs)
+
+
+def test_one_tenants_flood_of_pairs_cannot_promote_what_two_others_show_broken() -> None:
+    """Router attack r5, D1: 400 identical pairs from one tenant and one pair each from two
+    others showing the canary loops promoted it; weighed per voice, the look sees 3 pairs."""
+    canary = CanaryRoute.model_validate(
+        _canary("9.9.9", min_callers=3, min_pairs=30, promote_after=60, promote="split")
+    )
+    pairs = shadow.Pairs(None)
+    looks = []
+    for who in ("south", "east"):
+        pairs.add("d1", {"repetition": 0.0}, {"repetition": 0.9}, who, min_callers=3)
+    for i in range(400):
+        tally = pairs.add(
+            "d1", {"repetition": 0.0}, {"repetition": 0.0}, "north", key=f"k{i}",
+            every=canary.min_pairs, min_callers=3,
+        )  # fmt: skip
+        decision = shadow.decide(canary, tally)
+        if decision is not None:
+            looks.append(decision)
+    assert looks and all(d.action == "continue" for d in looks)
+    assert looks[-1].n == pytest.approx(3.0) and looks[-1].pairs == 390
