@@ -481,7 +481,9 @@ def _route(a: ResolvedAdapter) -> Route:
             promote=c.promote,
             confidence=c.confidence,
             # training.registry.group_name: the stable component's name.
-            registry_group=a.component_name if c.shadow is not None else None,
+            # Every canary's decisions are recorded in its version's package, and read back
+            # from it when the cache lost its switch (lambda_proxy.service.read_back).
+            registry_group=a.component_name,
         )
     return Route(
         component=a.serving_component,

@@ -12,7 +12,7 @@ from constructs import Construct
 from config import Deployment
 from infra.adapters import artifact_bucket_name
 from infra.nag import acknowledge, checkov_skip
-from infra.registry import shadow_groups
+from infra.registry import canary_groups
 
 #: Interface endpoints, each with who calls it from inside the VPC; an endpoint nobody in the
 #: VPC calls costs an ENI-hour per AZ for nothing (deploy review r3, finding 15: sagemaker.api
@@ -28,8 +28,8 @@ INTERFACE_ENDPOINTS = {
     "Monitoring": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING,
     "XRay": ec2.InterfaceVpcEndpointAwsService.XRAY,
 }
-#: Endpoints made only while something calls them: the SageMaker API while some canary is a
-#: shadow (``infra.registry.shadow_groups``).
+#: Endpoints made only while something calls them: the SageMaker API while some adapter has a
+#: canary, whose decisions the router records (``infra.registry.canary_groups``).
 SHADOW_ENDPOINTS = {"SageMakerApi": ec2.InterfaceVpcEndpointAwsService.SAGEMAKER_API}
 #: What the router calls there (``lambda_proxy.registry``), all its endpoint policy admits.
 REGISTRY_ACTIONS = (
@@ -147,7 +147,7 @@ class Network(Construct):
             ec2.Port.tcp(443),
             "S3 through the gateway endpoint (model data, adapters, image layers)",
         )
-        wanted = {**INTERFACE_ENDPOINTS, **(SHADOW_ENDPOINTS if shadow_groups(dep) else {})}
+        wanted = {**INTERFACE_ENDPOINTS, **(SHADOW_ENDPOINTS if canary_groups(dep) else {})}
         for name, service in wanted.items():
             endpoint = self.vpc.add_interface_endpoint(
                 name,

@@ -27,15 +27,12 @@ from infra.adapters import construct_id
 from infra.lifecycle import removal_policy
 
 
-def shadow_groups(dep: Deployment) -> list[str]:
-    """The groups whose canary version the router judges in shadow mode, and so records its
-    decision in (``lambda_proxy.registry``): the stable component's name, as
+def canary_groups(dep: Deployment) -> list[str]:
+    """The groups whose canary version the router judges (in shadow mode on quality, and on its
+    5xx rule either way), and so records its decisions in and reads them back from
+    (``lambda_proxy.registry``): the stable component's name, as
     ``training.registry.group_name``."""
-    return [
-        a.component_name
-        for a in dep.adapters
-        if a.entry.canary is not None and a.entry.canary.shadow is not None
-    ]
+    return [a.component_name for a in dep.adapters if a.entry.canary is not None]
 
 
 def registry_stack_name(dep: Deployment, index: int) -> str:

@@ -32,7 +32,7 @@ from contracts.registry import SHADOW_STAGE, SHADOW_STATUS, SHADOW_TAG
 from infra.bundle import router_bundle
 from infra.lifecycle import removal_policy, retention
 from infra.nag import acknowledge, checkov_skip, nag_arn
-from infra.registry import shadow_groups
+from infra.registry import canary_groups
 
 STAGE = "live"
 #: The port the router's web app listens on inside the function (the adapter's default).
@@ -510,19 +510,19 @@ GROUPS_PER_POLICY = 15
 
 
 def registry_policy(scope: Construct, stack: Stack, dep: Deployment) -> iam.ManagedPolicy | None:
-    """Record a shadow canary's decision in its version's Model Registry record
-    (``lambda_proxy.registry``); no policy when no canary is a shadow.
+    """Record a canary's decisions in its version's Model Registry record, and read them back
+    (``lambda_proxy.registry``); no policy when no adapter has a canary.
 
     SageMaker's guide ("Amazon SageMaker API Permissions"): "Except for the ListTags API,
     resource-level restrictions are not available on List- calls", so ``ListModelPackages`` is
     granted on ``*``; it returns summaries only. Describing and updating are limited to the
-    shadow canaries' groups, and the update to what a decision writes, with the request and
+    canaries' groups, and the update to what a decision writes, with the request and
     resource condition keys the Service Authorization Reference gives ``UpdateModelPackage``:
     no approval status (``sagemaker:ModelApprovalStatus`` absent: approving stays a person's,
     ``training.approve``), no metadata removed, the shadow canary's stage with one of its
-    statuses, and only on a package publish tagged as a shadow canary's (``aws:ResourceTag``;
+    statuses, and only on a package publish tagged as a canary's (``aws:ResourceTag``;
     ``contracts.registry.SHADOW_TAG``), which a stable version never is."""
-    groups = shadow_groups(dep)
+    groups = canary_groups(dep)
     if not groups:
         return None
     if len(groups) > GROUPS_PER_POLICY:

@@ -63,6 +63,16 @@ def metadata(decision: Decision, status: str) -> dict[str, str]:
     return out
 
 
+def rule_metadata(reason: str, status: str) -> dict[str, str]:
+    """A 5xx rule's rollback as customer metadata: the rule and its reason."""
+    return {
+        "shadow-decision": status,
+        "shadow-rule": "5xx",
+        "shadow-reason": _safe(reason),
+        "shadow-decided-at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
 class DecisionConflictError(Exception):
     """A package records a decision already; a second one is not written over it."""
 
@@ -106,17 +116,22 @@ class Recorder:
         package = find(self.client, group, version)
         return package.decision if package is not None else None
 
-    def record(self, group: str, version: str, decision: Decision, status: str) -> str | None:
+    def record(self, group: str, version: str, decision: Decision | str, status: str) -> str | None:
         """Write the decision into ``version``'s package in ``group``; its ARN, or None when
-        the version has no package. A package that records a decision already keeps it
-        (``DecisionConflictError``): the first decision stands, as its switch does. Errors are the
-        caller's (the mirror logs and counts them)."""
+        the version has no package. ``decision``: the paired test's, or the 5xx rule's reason
+        (a rollback). A package that records a decision already keeps it
+        (``DecisionConflictError``): the first decision stands, as its switch does. Errors are
+        the caller's (it logs and counts them)."""
+        if isinstance(decision, str):
+            figures, reason = rule_metadata(decision, status), decision
+        else:
+            figures, reason = metadata(decision, status), decision.reason
         package = find(self.client, group, version)
         if package is None:
             return None
         if package.decision is not None:
             raise DecisionConflictError(package.arn, package.decision, status)
-        properties = {**package.metadata, **metadata(decision, status)}
+        properties = {**package.metadata, **figures}
         if len(properties) > METADATA_MAX:
             raise ValueError(
                 f"{package.arn} would hold {len(properties)} metadata entries, over "
@@ -127,7 +142,7 @@ class Recorder:
             ModelLifeCycle={
                 "Stage": SHADOW_STAGE,
                 "StageStatus": status,
-                "StageDescription": decision.reason[:DESCRIPTION_MAX],
+                "StageDescription": reason[:DESCRIPTION_MAX],
             },
             CustomerMetadataProperties=properties,
         )

@@ -786,10 +786,12 @@ def unstored(extra: dict[str, Any]) -> None:
     logger.warning("shadow canary decision not stored: Redis did not answer", extra=extra)
 
 
-def record(adapter: str, canary: CanaryRoute, decision: shadow.Decision, kind: str) -> None:
-    """Write a decision into the canary version's Model Registry record (``registry``), once,
-    by the call that set its switch. A failure is logged and counted (``RegistryRecordFailed``):
-    the decision stands, and its evidence is in the logs and the switch."""
+def record(adapter: str, canary: CanaryRoute, decision: shadow.Decision | str, kind: str) -> None:
+    """Write a decision (the paired test's, or the 5xx rule's reason) into the canary version's
+    Model Registry record (``registry``), once, by the call that set its switch: the record is
+    where the decision outlives the cache (``read_back``). A failure is logged and counted
+    (``RegistryRecordFailed``): the decision stands, and its evidence is in the logs and the
+    switch."""
     recorder, group = deps().registry, canary.registry_group
     if recorder is None or group is None:
         return
@@ -911,6 +913,7 @@ def count_canary(prep: Prepared, exc: InvokeError | None, count: Count = _buffer
             "min_callers": prep.canary.min_callers,
         },
     )
+    record(prep.adapter, prep.canary, outcome.reason, "rollback")
 
 
 #: Why a generation ended, when it ended as an answer (the runtime's words, and TGI's).

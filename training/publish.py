@@ -393,7 +393,7 @@ def publish(
                 digest=digest,
                 weights=weights,
                 kms_key=kms_key,
-                shadow=canary and entry.canary is not None and entry.canary.shadow is not None,
+                canary=canary and entry.canary is not None,
             )
         except RegistryError as exc:
             raise PublishError(str(exc)) from None

@@ -100,12 +100,13 @@ def register(
     digest: str,
     weights: str | None,
     kms_key: str | None = None,
-    shadow: bool = False,
+    canary: bool = False,
 ) -> Package:
     """The version's package, registered pending approval (or the one already registered for
     it, when it holds the same archive). The archive's sha256 goes into ``ModelMetrics``, which
-    only CreateModelPackage sets, and is what the approval check trusts. ``shadow``: a shadow
-    canary's version, registered in the lifecycle stage the router may record decisions in."""
+    only CreateModelPackage sets, and is what the approval check trusts. ``canary``: a canary
+    version (shadow or weighted), registered in the lifecycle stage the router may record its
+    decisions in (a quality decision, or a 5xx rollback), and read them back from."""
     a = dep.adapter(adapter)
     group, version = group_name(a), str(manifest.version)
     meta = evidence(dep, manifest, uri, digest, weights)
@@ -143,11 +144,11 @@ def register(
             "ModelLifeCycle": {
                 "Stage": SHADOW_STAGE,
                 "StageStatus": SHADOW_PENDING,
-                "StageDescription": "a shadow canary: mirrored and judged, not yet serving",
+                "StageDescription": "a canary: judged by the router against stable",
             },
             "Tags": [{"Key": SHADOW_TAG, "Value": SHADOW_STAGE}],
         }
-        if shadow
+        if canary
         else {}
     )
     arn = sm.create_model_package(

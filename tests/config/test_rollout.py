@@ -61,6 +61,9 @@ def test_a_canary_loads_and_the_routing_table_routes_its_share(tmp_path) -> None
         "promote_after": 200,
         "promote": "split",
         "confidence": 0.95,
+        # Its decisions (the 5xx rule's too) are recorded in its version's package, and read
+        # back from it when the cache lost them.
+        "registry_group": a.component_name,
     }
 
 

@@ -274,3 +274,21 @@ def test_a_canary_archive_in_another_bucket_is_reachable_by_the_endpoint(synth_e
     assert [resolve(r) for r in _list(read["Resource"])] == [
         "arn:aws:s3:::team-models/claims/9.0.0/adapter.tar.gz"
     ]
+
+
+def test_a_weighted_canary_records_its_5xx_rollback_in_its_package(synth_edited) -> None:
+    """A weighted canary's 5xx rollback lived only in the cache, which dev runs without a
+    replica: after a restart the rolled-back canary served half of new keys again (router
+    attack r5, D4). Its decisions now go to its version's package too, so the router gets the
+    same narrow registry permission and endpoint for it as for a shadow canary."""
+
+    def weighted(cat: dict) -> None:
+        cat["adapters"][0]["canary"] = {"version": "1.1.0", "weight": 10, "sha256": SHA}
+
+    after = synth_edited(catalog=weighted)
+    update = _statements(after["lora-dev-router"])["RecordShadowCanaryDecisions"]
+    assert update["Action"] == "sagemaker:UpdateModelPackage"
+    assert update["Condition"]["StringEquals"]["aws:ResourceTag/lora-fleet-stage"] == (
+        "shadow-canary"
+    )
+    assert "com.amazonaws.us-east-1.sagemaker.api" in _interface_services(after["lora-dev-network"])

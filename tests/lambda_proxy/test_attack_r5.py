@@ -1,5 +1,5 @@
 """Router attack, round five (``../shared/reviews/2026-12-router-attack-r5.md``), as the
-attacker ran it: the case files are copied in ``attack_r5/`` (three adapted where a fix changed
+attacker ran it: the case files are copied in ``attack_r5/`` (four adapted where a fix changed
 an interface they used; each says how in its body), and each area runs in a process of its own
 against a Redis of its own (the cases flush it and call FLUSHALL), with SmolLM2's tokenizer for
 the prompt-bound cases. Every case must hold, except the ones still open in the issue."""
@@ -22,11 +22,8 @@ from tests.lambda_proxy.conftest import redis_server
 HERE = Path(__file__).parent / "attack_r5"
 ROOT = Path(__file__).resolve().parents[2]
 AREAS = ("a_usage", "b_shadow", "c_fair", "d_listing", "e_regress", "f_misc")
-#: Cases still open, with why.
-OPEN = {
-    "S23": "a weighted canary's 5xx rollback has no record outside the cache yet: only shadow "
-    "canaries' packages may be written by the router (#50, open)",
-}
+#: Cases still open, with why (none).
+OPEN: dict[str, str] = {}
 CASES = [
     case
     for area in AREAS

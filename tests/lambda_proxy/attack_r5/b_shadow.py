@@ -435,16 +435,20 @@ def _():
 
 @case("S23", "Redis restart after a 5xx rollback of a weighted (split) canary", "stays off")
 def _():
+    # Adapted (lora-fleet #50): every canary's decisions, the 5xx rule's included, are recorded
+    # in its version's Model Registry package, which every deployed router has (service.deps
+    # builds its Recorder, the catalog names the group); the original ran it with no registry.
     cfg = {"component": CANARY, "version": "2", "weight": 50, "max_error_rate": 0.2,
-           "window_s": 300, "min_requests": 4, "min_callers": 1}
+           "window_s": 300, "min_requests": 4, "min_callers": 1, "registry_group": GROUP}
+    reg = FakeRegistry(GROUP, ["1", "2"])
     m = Models(canary=lambda t, n, p: (_ for _ in ()).throw(model_error(500)))
-    fake = configure(m, cfg)
+    fake = configure(m, cfg, registry=reg)
     for i in range(12):
         gen("m", {"inputs": f"a{i}"}, headers={"X-Session-Key": f"s{i}"})
     off = switch(cfg, "off") is not None
     R.flushall()
     m.canary = lambda t, n, p: "CANARY SERVED"
-    fake = configure(m, cfg, flush=False)
+    fake = configure(m, cfg, registry=reg, flush=False)
     got = [gen("m", {"inputs": f"b{i}"}, headers={"X-Session-Key": f"t{i}"})[1].get("version")
            for i in range(10)]
     return ok(got.count("2") == 0, f"off before restart: {off}; after, versions served to 10 new "
