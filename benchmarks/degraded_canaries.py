@@ -24,7 +24,11 @@ back, or ``--max-requests`` per entry.
 
 Checked: every caller's answer is 200 from the stable version; each canary is rolled back on its
 case's signal within the pairs the test states (its first look at ``min_pairs``, else a later
-look), with the decision's evidence read from the switch the router set. Exits 1 when a goal
+look), with the decision's evidence read from the switch the router set. Then the steering
+cases (router attack r5, D1 and D2), on ``sales-json`` with three tenants and ``min_callers:
+3``: one tenant floods one-token requests and replays one input, the other two send three real
+requests each; the broken canary must not be promoted, nor an identical one (the stable
+adapter under the canary's version) rolled back. Exits 1 when a goal
 fails (2 when what it ran was wrong), and writes its section of benchmarks/RESULTS.md. The
 trained archives are kept under ``.artifacts/bench/degraded/`` and reused while their data and
 profile are the same. ``--keep`` leaves the platform up afterwards, so the playground shows
@@ -70,6 +74,11 @@ MIN_PAIRS = 20
 REUSED: list[str] = []
 #: Requests in flight at once, per entry (the gateway runs them in execution environments).
 CONCURRENCY = 1
+#: The steering cases (router attack r5, D1 and D2), on one entry: one tenant floods
+#: one-token requests and replays one input, two others send a few real requests. Neither the
+#: broken canary may be promoted nor an identical (A/A) one rolled back.
+STEER_ENTRY, FLOOD, HONEST = "sales-json", "bench", ("bench-b", "bench-c")
+FLOOD_ONE_TOKEN, FLOOD_REPLAYS, HONEST_EACH, REPLAY_TOKENS = 200, 40, 3, 16
 
 
 def cut_json(record: Record) -> Record:
@@ -186,6 +195,71 @@ def train_case(
         log(f"[{name} {version}] trained in {time.perf_counter() - t0:.0f} s: {archive}")
         archives[version] = archive
     return archives
+
+
+def as_version(archive: Path, version: str, out: Path) -> Path:
+    """The archive's weights under another version: the stable adapter as an A/A canary."""
+    import tarfile
+
+    from training.package import pack, read_manifest, write_manifest
+
+    work = out / f"{archive.name}-as-{version}"
+    shutil.rmtree(work, ignore_errors=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(work, filter="data")
+    write_manifest(work, read_manifest(archive).model_copy(update={"version": version}))
+    made = out / f"{archive.name.removesuffix('.tar.gz')}-as-{version}.tar.gz"
+    pack(work, made)
+    return made
+
+
+def post(client: httpx.Client, name: str, tenant: str, text: str, tokens: int | None) -> None:
+    body: dict[str, Any] = {"inputs": text}
+    if tokens is not None:
+        body["parameters"] = {"max_new_tokens": tokens}
+    r = client.post(f"/v1/adapters/{name}/generate", json=body, headers={"X-Local-Tenant": tenant})
+    if r.status_code != 200:
+        raise BenchmarkError(f"{name} ({tenant}): {r.status_code} {r.text[:200]}")
+    if r.json().get("version") != STABLE:
+        raise BenchmarkError(f"{name} ({tenant}) was answered by {r.json().get('version')}")
+
+
+def steer(
+    url: str, opts: Options, store: Any, table_: Any, component: str, texts: list[str]
+) -> dict[str, Any]:
+    """One steering case: the entry's route with ``component`` as its shadow canary, three
+    tenants (``min_callers: 3``) and a promotion that would take the split at the second look;
+    the flooding tenant's requests first, then the honest ones. What the test decided."""
+    route = table_.adapters[STEER_ENTRY]
+    canary = route.canary.model_copy(
+        update={
+            "component": component,
+            "min_callers": 3,
+            "promote": "split",
+            "promote_after": 2 * MIN_PAIRS,
+        }
+    )
+    steered = route.model_copy(update={"tenants": (FLOOD, *HONEST), "canary": canary})
+    table2 = table_.model_copy(update={"adapters": {STEER_ENTRY: steered}})
+    (opts.state_dir / "routing_table.json").write_text(table2.dumps() + "\n")
+    store.flushdb()
+    httpx.post(f"{url}/_local/reload", json={}, timeout=60).raise_for_status()
+    with httpx.Client(base_url=url, timeout=600) as client:
+        for i in range(FLOOD_ONE_TOKEN):
+            post(client, STEER_ENTRY, FLOOD, texts[i % len(texts)], 1)
+        for _ in range(FLOOD_REPLAYS):
+            post(client, STEER_ENTRY, FLOOD, texts[0], REPLAY_TOKENS)
+        for k, tenant in enumerate(HONEST):
+            for j in range(HONEST_EACH):
+                post(client, STEER_ENTRY, tenant, texts[1 + k * HONEST_EACH + j], None)
+    time.sleep(5.0)  # the last mirrors' pairs
+    key = Canaries.base(STEER_ENTRY, canary)
+    return {
+        "promoted": store.exists(f"{key}:split") == 1,
+        "rolled_back": store.exists(f"{key}:off") == 1,
+        "pairs": int(store.hget(f"{key}:pairs", "n") or 0),
+        "voices": int(store.hget(f"{key}:pairs", "callers") or 0),
+    }
 
 
 def free_port() -> int:
@@ -369,6 +443,45 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     + f"; {len(sender.answers)} callers answered, all by "
                     f"{', '.join(sorted(v for v in versions if v))}",
+                )
+            )
+        # The steering cases, after the degraded ones were read.
+        steer_texts = [r.raw for r in datasets.load(CASES[STEER_ENTRY][0]).test]
+        route = table_.adapters[STEER_ENTRY]
+        assert route.canary is not None
+        aa = as_version(archives[STEER_ENTRY][STABLE], CANARY, work)
+        httpx.put(
+            f"{opts.url(opts.endpoint_port)}/_local/components",
+            json={
+                "adapters": [
+                    *components,
+                    {"component": f"{route.component}-aa", "artifact": str(aa)},
+                ],
+                "pending": [],
+                "models": [],
+            },
+            timeout=600,
+        ).raise_for_status()
+        print("steering: one tenant floods, two send a few ...", flush=True)
+        for case, component, must_not in (
+            ("broken", route.canary.component, "promoted"),
+            ("identical", f"{route.component}-aa", "rolled_back"),
+        ):
+            got = steer(url, opts, store, table_, component, steer_texts)
+            results |= {f"steer.{case}.{k}": float(v) for k, v in got.items()}
+            if got[must_not]:
+                failures.append(
+                    f"one tenant's flood {must_not.replace('_', ' ')} the {case} canary"
+                )
+            rows.append(
+                (
+                    f"steering, {case} canary",
+                    f"{FLOOD} sends {FLOOD_ONE_TOKEN} one-token requests and replays one input "
+                    f"{FLOOD_REPLAYS} times; {', '.join(HONEST)} send {HONEST_EACH} each; "
+                    "min_callers 3, promote split after 40",
+                    f"{got['pairs']} pairs from {got['voices']} voices; promoted: "
+                    f"{'yes' if got['promoted'] else 'no'}; rolled back: "
+                    f"{'yes' if got['rolled_back'] else 'no'}",
                 )
             )
         if args.keep:

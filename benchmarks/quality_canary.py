@@ -47,6 +47,7 @@ from contracts.manifests import AdapterManifest, BaseManifest, BaseRef, PromptFo
 from contracts.quality import DEFAULT_MARGINS
 from contracts.routing import CanaryRoute, QuotaLimits, Route, RoutingTable
 from lambda_proxy.canary import Canaries
+from lambda_proxy.shadow import MIN_MIRROR_TOKENS
 from local.endpoint import COMPONENT_HEADER, LocalEndpoint
 from local.endpoint import create_app as endpoint_app
 from local.gateway import LocalGateway
@@ -60,7 +61,8 @@ from training.package import pack, write_manifest
 HEADING = "## Shadow canary (`benchmarks/quality_canary.py`)"
 REDIS_URL = "redis://127.0.0.1:6379/10"  # the benchmark's own database (no test uses 10)
 PATH = "/v1/adapters/shared/generate"
-SHADOW, NEW_TOKENS, MIN_MIRRORED = 0.5, 8, 200
+#: New tokens per request: the fewest the router mirrors (shorter answers carry no evidence).
+SHADOW, NEW_TOKENS, MIN_MIRRORED = 0.5, MIN_MIRROR_TOKENS, 200
 GOALS = {"added_load_share": SHADOW + 0.1, "router_p50_added_ms": 1.0, "equal_answers": 0.95}
 
 
@@ -154,12 +156,18 @@ def phase(url: str, texts: list[str]) -> list[dict[str, Any]]:
 
 
 def settled(redis_client: Any, key: str, before: int, mirrored: collections.Counter[str]) -> int:
-    """Wait until every mirror the measured phase sent has been paired; all pairs counted
-    (the warm-up's ``before`` included: the test runs over every pair)."""
+    """Wait until every mirror the measured phase sent has been paired, or the pairs stop
+    growing for 5 s (a pair with no signal, or a mirror that failed, is not counted); all
+    pairs counted (the warm-up's ``before`` included: the test runs over every pair)."""
     deadline = time.monotonic() + 120
+    last, still = -1, time.monotonic()
     while time.monotonic() < deadline:
         n = int(redis_client.hget(key, "n") or 0)
         if n - before >= mirrored["bench-shared-canary"]:
+            return n
+        if n != last:
+            last, still = n, time.monotonic()
+        elif time.monotonic() - still > 5.0:
             return n
         time.sleep(0.2)
     return int(redis_client.hget(key, "n") or 0)
@@ -187,7 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         for r in datasets.load(task).test
     ]
     n = 80 if args.quick else 2 * MIN_MIRRORED + 120  # about 260 mirrored at 0.5
-    texts = [pool[i % len(pool)] for i in range(n)]
+    # Distinct inputs: the test pairs an input once, however often it is sent.
+    texts = [
+        pool[i % len(pool)] + (f" ({i // len(pool)})" if i >= len(pool) else "") for i in range(n)
+    ]
     canary = canary_route("2.0.0")
     pairs_key = f"{Canaries.base('shared', canary)}:pairs"
 

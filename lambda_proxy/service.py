@@ -136,7 +136,7 @@ class Dependencies:
     #: AWS; None where there is none (the local platform, tests that do not ask for it).
     registry: registry.Recorder | None = None
     #: The canaries whose recorded decision this process has read back (``read_back``).
-    read_back: dict[str, threading.Event] = field(default_factory=dict)
+    read_back: dict[str, ReadBack] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -497,43 +497,61 @@ READ_BACK_WAIT_S = 1.0
 RECORDED_SWITCH: dict[str, Switch] = {"rolled-back": "off", "promoted": "split", "held": "held"}
 
 
+#: After a failed read, the next one waits this long (and no request waits for it).
+READ_BACK_RETRY_S = 60.0
+
+
+@dataclass
+class ReadBack:
+    """One canary version's read-back in this process: done once the read ended; ``retry_at``
+    set when it failed (the registry away or refusing), so that a later request tries again."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    retry_at: float | None = None
+
+
 def read_back(adapter: str, canary: CanaryRoute) -> None:
     """Once per process, read the decision the Model Registry records for this canary version
     and set its switch where the cache holds none: the cache (Redis, with no replica in dev) is
     not where a decision lives, the registry is (router attack r5, D4). The read runs on its own
     thread; the first request waits for it at most ``READ_BACK_WAIT_S``, then goes by what the
-    cache says."""
+    cache says. A failed read is tried again ``READ_BACK_RETRY_S`` later, with no request
+    waiting for it: a registry that is away costs callers nothing."""
     d = deps()
     recorder, group = d.registry, canary.registry_group
     if recorder is None or group is None:
         return
     base = Canaries.base(adapter, canary)
+    first = False
     with _READ_BACK_LOCK:
-        done = d.read_back.get(base)
-        if done is None:
-            done = d.read_back[base] = threading.Event()
-            threading.Thread(
-                target=_read_back, args=(d, adapter, canary, done), daemon=True
-            ).start()
-    done.wait(READ_BACK_WAIT_S)
+        state = d.read_back.get(base)
+        if state is None:
+            state = d.read_back[base] = ReadBack()
+            first = True
+        elif state.retry_at is None or time.monotonic() < state.retry_at:
+            return
+        state.retry_at = None
+        threading.Thread(target=_read_back, args=(d, adapter, canary, state), daemon=True).start()
+    if first:
+        state.done.wait(READ_BACK_WAIT_S)
 
 
 _READ_BACK_LOCK = threading.Lock()
 
 
-def _read_back(d: Dependencies, adapter: str, canary: CanaryRoute, done: threading.Event) -> None:
+def _read_back(d: Dependencies, adapter: str, canary: CanaryRoute, state: ReadBack) -> None:
     extra = {"adapter": adapter, "canary_version": canary.version, "group": canary.registry_group}
     try:
         status = d.registry.decided(canary.registry_group, canary.version)  # type: ignore[union-attr, arg-type]
     except Exception as exc:  # the registry away: the cache's switches stand; try again later
         count_now("RegistryReadFailed")
         logger.warning(
-            "shadow canary decision not read back from the Model Registry",
+            "canary decision not read back from the Model Registry",
             extra={**extra, "error": f"{type(exc).__name__}: {exc}"[:500]},
         )
         with _READ_BACK_LOCK:
-            d.read_back.pop(Canaries.base(adapter, canary), None)
-        done.set()
+            state.retry_at = time.monotonic() + READ_BACK_RETRY_S
+        state.done.set()
         return
     switch = RECORDED_SWITCH.get(status or "")
     if switch is not None:
@@ -544,10 +562,10 @@ def _read_back(d: Dependencies, adapter: str, canary: CanaryRoute, done: threadi
             json.dumps({"action": status, "reason": "recorded in the Model Registry"}),
         )
         logger.info(
-            "shadow canary decision read back from the Model Registry",
+            "canary decision read back from the Model Registry",
             extra={**extra, "status": status},
         )
-    done.set()
+    state.done.set()
 
 
 def _prepared(

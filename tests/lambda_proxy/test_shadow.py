@@ -8,6 +8,7 @@ import io
 import json
 import random
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -736,3 +737,32 @@ def test_one_tenants_flood_of_pairs_cannot_promote_what_two_others_show_broken()
             looks.append(decision)
     assert looks and all(d.action == "continue" for d in looks)
     assert looks[-1].n == pytest.approx(3.0) and looks[-1].pairs == 390
+
+
+def test_a_registry_that_is_away_costs_callers_nothing_after_the_first_wait(
+    setup, version, monkeypatch
+) -> None:
+    """The read-back of a canary's recorded decision (router attack r5, D4) is tried once per
+    process; when the registry fails, later requests neither wait for it nor start a read
+    each, until the retry time."""
+
+    class Away:
+        reads = 0
+
+        def decided(self, group: str, version: str) -> str | None:
+            Away.reads += 1
+            raise RuntimeError("AccessDenied")
+
+    monkeypatch.setattr(service, "READ_BACK_RETRY_S", 0.5)
+    setup(_canary(version, registry_group=GROUP), lambda t: "ok", lambda t: "ok")
+    service.deps().registry = Away()  # type: ignore[assignment]
+    t0 = time.monotonic()
+    for i in range(20):
+        assert _ask(f"q{i}")[0] == 200
+    assert time.monotonic() - t0 < 1.5 and Away.reads == 1
+    time.sleep(0.6)
+    assert _ask("again")[0] == 200
+    deadline = time.monotonic() + 2
+    while Away.reads < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert Away.reads == 2
