@@ -25,7 +25,7 @@ back, or ``--max-requests`` per entry.
 Checked: every caller's answer is 200 from the stable version; each canary is rolled back on its
 case's signal within the pairs the test states (its first look at ``min_pairs``, else a later
 look), with the decision's evidence read from the switch the router set. Then the steering
-cases (router attack r5, D1 and D2), on ``sales-json`` with three tenants and ``min_callers:
+cases, on ``sales-json`` with three tenants and ``min_callers:
 3``: one tenant floods one-token requests and replays one input, the other two send three real
 requests each; the broken canary must not be promoted, nor an identical one (the stable
 adapter under the canary's version) rolled back. Exits 1 when a goal
@@ -74,7 +74,7 @@ MIN_PAIRS = 20
 REUSED: list[str] = []
 #: Requests in flight at once, per entry (the gateway runs them in execution environments).
 CONCURRENCY = 1
-#: The steering cases (router attack r5, D1 and D2), on one entry: one tenant floods
+#: The steering cases, on one entry: one tenant floods
 #: one-token requests and replays one input, two others send a few real requests. Neither the
 #: broken canary may be promoted nor an identical (A/A) one rolled back.
 STEER_ENTRY, FLOOD, HONEST = "sales-json", "bench", ("bench-b", "bench-c")

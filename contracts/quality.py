@@ -106,7 +106,7 @@ def leaked_parts(hypothesis: str, value: str, label: str) -> list[str]:
     value_digits = "".join(_DIGITS.findall(value))
     label_runs = set(_digit_runs(label))
     # The answer's numbers, read once per value, not once per number of the value: inside the
-    # loops below a crafted 4 KB input took a second of the router's CPU (router attack r5, D8).
+    # loops below a crafted 4 KB input took a second of the router's CPU.
     out_runs = [run for run in _digit_runs(hypothesis) if run not in label_runs]
     need = min(LEAK_DIGITS, len(value_digits))
     for run in out_runs:

@@ -14,7 +14,7 @@ SmolLM2's, Llama 3's) can spend on it, on any text:
   per byte; SentencePiece's byte fallback neither);
 - an ASCII letter, digit, punctuation mark, symbol or control character: one each. Letters
   cannot be charged less: a run of rare pairs (``"qx" * 1000``) is one token per letter with
-  SmolLM2's tokenizer, and so is a run whose case alternates (router attack r5, D6);
+  SmolLM2's tokenizer, and so is a run whose case alternates;
 - whitespace: one per character, except a single space before an ASCII letter, which these
   tokenizers' pre-tokenizers join to the letter (``" q"`` is one token, so a word with its
   space costs at most its letters).

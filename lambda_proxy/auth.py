@@ -112,7 +112,7 @@ def voice(caller: Caller, route: Route) -> str:
     tenant or a principal ARN the entry names is a voice of its own; every caller a wildcard
     admits (``ACCOUNT:*``, ``*``) is its account's one voice, as is a caller the entry does not
     name (an operator). A partner account's roles are then one voice, not as many as it
-    makes, and ``min_callers`` counts what the catalog counts (router attack r5, D2)."""
+    makes, and ``min_callers`` counts what the catalog counts."""
     for principal in route.principals:
         if match_key(principal) in caller.principals:
             return match_key(principal)

@@ -513,7 +513,7 @@ class ReadBack:
 def read_back(adapter: str, canary: CanaryRoute) -> None:
     """Once per process, read the decision the Model Registry records for this canary version
     and set its switch where the cache holds none: the cache (Redis, with no replica in dev) is
-    not where a decision lives, the registry is (router attack r5, D4). The read runs on its own
+    not where a decision lives, the registry is. The read runs on its own
     thread; the first request waits for it at most ``READ_BACK_WAIT_S``, then goes by what the
     cache says. A failed read is tried again ``READ_BACK_RETRY_S`` later, with no request
     waiting for it: a registry that is away costs callers nothing."""
@@ -708,7 +708,7 @@ def _mirrored(prep: Prepared, stable_answer: str) -> None:
             count_canary(prep, None, count_now)
             if not served_as(prep, result.get("artifact")):
                 # Another version answered under the canary's component (a release halfway):
-                # its answers are not this version's to be judged on (router attack r5, D7).
+                # its answers are not this version's to be judged on.
                 count_now("ShadowArtifactMismatch")
                 return
             answered = result["generated_text"]
@@ -751,7 +751,7 @@ def unanswered(exc: InvokeError) -> bool:
     SageMaker's own failures (``InternalFailure``, ``InternalDependencyException``, an unmapped
     code), a dropped connection, the component being gone, a request never started, or
     capacity both versions share: such a mirror is dropped and counted (``ShadowFailed``),
-    never paired as the canary saying nothing (router attack r5, D3)."""
+    never paired as the canary saying nothing."""
     return exc.code in CANARY_ANSWERS and exc.status not in _SHARED_STATUSES
 
 

@@ -62,7 +62,7 @@ MIN_SIGNAL_PAIRS = 20
 
 #: The fewest new tokens a request may ask for to be mirrored: shorter answers score the same
 #: on every signal whatever the model wrote (a one-word answer is answered, never repeats, and
-#: keeps no fact), so a flood of them would promote any canary (router attack r5, D1).
+#: keeps no fact), so a flood of them would promote any canary.
 MIN_MIRROR_TOKENS = 16
 #: A pair in which both answers have fewer words than this carries no evidence either (a
 #: request that asked for many tokens but was answered in two words on both sides).
@@ -166,7 +166,7 @@ def capped(voices: Mapping[str, Tally], min_callers: int) -> Tally:
     """One tally from each voice's own, each voice's pairs weighted down to ``share_cap``: a
     tenant that sends most of the pairs counts as much as ``1 / min_callers`` of them, on
     ``n`` and on every signal's sums alike, so no one tenant decides for everyone, however
-    many requests it sends (router attack r5, D1 and D2)."""
+    many requests it sends."""
     cap = share_cap([t.n for t in voices.values()], min_callers)
     sums: dict[str, dict[str, float]] = {k: {} for k in ("s", "c", "d", "q", "n")}
     n = 0.0

@@ -224,7 +224,7 @@ class Stream:
 
     def finish(self) -> None:
         """The stream is over for its client: when it left before the answer's end, its usage
-        is written here (router attack r5, D5), with ``ABANDONED`` as its status, the pieces it
+        is written here, with ``ABANDONED`` as its status, the pieces it
         was sent as its output tokens and the prompt's estimate as its input: the model ran
         and the quota was charged, so the endpoint's cost is this tenant's share too."""
         p = self.plan
