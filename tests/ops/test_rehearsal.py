@@ -285,17 +285,7 @@ def account(monkeypatch):
     }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_REGION", raising=False)
-    from moto.sagemaker.responses import SageMakerResponse
-
-    monkeypatch.setattr(
-        SageMakerResponse, "delete_model_package", fakes._delete_model_package, raising=False
-    )
-    monkeypatch.setattr(
-        SageMakerResponse,
-        "delete_model_package_group",
-        fakes._delete_model_package_group,
-        raising=False,
-    )
+    fakes.strict_sagemaker(monkeypatch)
     for ci in ("CI", "CODEBUILD_BUILD_ID"):
         monkeypatch.delenv(ci, raising=False)
     with mock_aws():

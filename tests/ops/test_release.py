@@ -381,14 +381,23 @@ def _delete_model_package_group(self):
     return EmptyResult()
 
 
-@pytest.fixture
-def account(monkeypatch):
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-    }.items():
-        monkeypatch.setenv(key, value)
+def _list_model_packages(real):
+    """ListModelPackages as botocore's sagemaker model documents it: ``ModelPackageType``
+    "UNVERSIONED is the default value". moto answers a group's versions whenever a group is
+    named, so a call that forgot the type passed; every package here is a version, so such a
+    call answers none, as SageMaker would."""
+    from moto.core.responses import ActionResult
+
+    def list_model_packages(self):
+        if self._get_param("ModelPackageType") is None:
+            return ActionResult({"ModelPackageSummaryList": []})
+        return real(self)
+
+    return list_model_packages
+
+
+def strict_sagemaker(monkeypatch) -> None:
+    """moto's SageMaker with the calls it lacks and the defaults it does not honour."""
     from moto.sagemaker.responses import SageMakerResponse
 
     monkeypatch.setattr(
@@ -397,6 +406,22 @@ def account(monkeypatch):
     monkeypatch.setattr(
         SageMakerResponse, "delete_model_package_group", _delete_model_package_group, raising=False
     )
+    monkeypatch.setattr(
+        SageMakerResponse,
+        "list_model_packages",
+        _list_model_packages(SageMakerResponse.list_model_packages),
+    )
+
+
+@pytest.fixture
+def account(monkeypatch):
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+    }.items():
+        monkeypatch.setenv(key, value)
+    strict_sagemaker(monkeypatch)
     for ci in ("CI", "CODEBUILD_BUILD_ID"):  # a developer's release unless a test says CI
         monkeypatch.delenv(ci, raising=False)
     with mock_aws():
@@ -695,9 +720,9 @@ def test_publish_registers_each_version_pending_with_its_evaluation_and_tuple(se
     cat = {e["name"]: e for e in yaml.safe_load(setup["catalog"].read_text())["adapters"]}
     dep = release.dep
     for a in dep.adapters:
-        (summary,) = sm.list_model_packages(ModelPackageGroupName=a.component_name)[
-            "ModelPackageSummaryList"
-        ]
+        (summary,) = sm.list_model_packages(
+            ModelPackageGroupName=a.component_name, ModelPackageType="Versioned"
+        )["ModelPackageSummaryList"]
         pkg = sm.describe_model_package(ModelPackageName=summary["ModelPackageArn"])
         assert pkg["ModelApprovalStatus"] == "PendingManualApproval"
         meta = pkg["CustomerMetadataProperties"]
@@ -735,9 +760,9 @@ def test_rewritten_customer_metadata_does_not_change_what_was_approved(setup) ->
     release = setup["release"]()
     sm = boto3.client("sagemaker", region_name=REGION)
     a = release.dep.adapters[0]
-    (summary,) = sm.list_model_packages(ModelPackageGroupName=a.component_name)[
-        "ModelPackageSummaryList"
-    ]
+    (summary,) = sm.list_model_packages(
+        ModelPackageGroupName=a.component_name, ModelPackageType="Versioned"
+    )["ModelPackageSummaryList"]
     meta = sm.describe_model_package(ModelPackageName=summary["ModelPackageArn"])[
         "CustomerMetadataProperties"
     ]
@@ -797,9 +822,9 @@ def test_an_unapproved_version_stops_the_release_by_name_and_approving_it_lets_i
         )
         == 0
     )
-    (summary,) = sm.list_model_packages(ModelPackageGroupName=first.component_name)[
-        "ModelPackageSummaryList"
-    ]
+    (summary,) = sm.list_model_packages(
+        ModelPackageGroupName=first.component_name, ModelPackageType="Versioned"
+    )["ModelPackageSummaryList"]
     pkg = sm.describe_model_package(ModelPackageName=summary["ModelPackageArn"])
     assert pkg["ModelApprovalStatus"] == "Approved"
     assert pkg["CustomerMetadataProperties"]["approved_by"] == "Jane Doe"
@@ -935,7 +960,9 @@ def test_adding_an_adapter_to_a_released_environment_releases_it_to_the_end(setu
     outcome = released(setup)
     assert outcome["stacks"] == "done" and outcome["deploy"] == "ran", outcome
     sm = boto3.client("sagemaker", region_name=REGION)
-    packages = sm.list_model_packages(ModelPackageGroupName="lora-dev-contracts-summary")
+    packages = sm.list_model_packages(
+        ModelPackageGroupName="lora-dev-contracts-summary", ModelPackageType="Versioned"
+    )
     assert len(packages["ModelPackageSummaryList"]) == 1
     assert setup["release"]().run() == dict.fromkeys(STEPS, "done")
 
