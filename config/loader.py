@@ -445,19 +445,29 @@ class Deployment:
             base_component=self.base_component_name,
             base_revision=self.base.revision,
             operators=tuple(self.env.router.operators),
-            adapters={a.name: _route(a) for a in self.adapters},
+            adapters={a.name: _route(a, self.env.account) for a in self.adapters},
         )
 
 
-def _possible_callers(allow: Any) -> int:
+def _possible_callers(allow: Any, own_account: str | None) -> int:
     """How many distinct voices an entry admits (``lambda_proxy.auth.voice``): one per tenant
-    and principal it names, and one per wildcard (``*``, ``ACCOUNT:*``: every caller of that
-    account is one voice, however many roles it has). A canary's ``min_callers`` is capped at
-    it, so an adapter with one tenant can still be rolled back."""
-    return max(1, len(set(allow.tenants)) + len(set(allow.principals)))
+    and principal of the environment's own account it names, one for its own account's
+    wildcard, and one per other account, however many of its roles or wildcards it names. A
+    canary's ``min_callers`` is capped at it, so an adapter with one tenant can still be rolled
+    back."""
+    voices: set[str] = set()
+    for tenant in allow.tenants:
+        account, sep, _ = str(tenant).partition(":")
+        foreign = sep and account != own_account
+        voices.add(f"{account}:*" if foreign else (tenant if sep else f"own:{tenant}"))
+    for arn in allow.principals:
+        parts = str(arn).split(":")
+        account = parts[4] if len(parts) > 4 else ""
+        voices.add(f"{account}:*" if account and account != own_account else str(arn))
+    return max(1, len(voices))
 
 
-def _route(a: ResolvedAdapter) -> Route:
+def _route(a: ResolvedAdapter, account: str | None) -> Route:
     entry, c = a.entry, a.entry.canary
     canary = None
     if c is not None:
@@ -468,7 +478,7 @@ def _route(a: ResolvedAdapter) -> Route:
             max_error_rate=c.max_error_rate,
             window_s=c.window_s,
             min_requests=c.min_requests,
-            min_callers=min(c.min_callers, _possible_callers(entry.allow)),
+            min_callers=min(c.min_callers, _possible_callers(entry.allow, account)),
             sha256=c.sha256,
             weights_sha256=c.weights_sha256,
             shadow=c.shadow,

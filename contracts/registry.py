@@ -55,8 +55,13 @@ class Package:
 def find(sm: Any, group: str, version: str) -> Package | None:
     """The package registered for ``version`` in ``group``, if any."""
     # ListModelPackages' documented default is UNVERSIONED only (botocore's sagemaker model).
+    # Newest first: the version asked for is most often the last one registered (a canary, a
+    # release's new version), and each package costs one DescribeModelPackage call.
     pages = sm.get_paginator("list_model_packages").paginate(
-        ModelPackageGroupName=group, ModelPackageType="Versioned"
+        ModelPackageGroupName=group,
+        ModelPackageType="Versioned",
+        SortBy="CreationTime",
+        SortOrder="Descending",
     )
     try:
         summaries = [s for page in pages for s in page.get("ModelPackageSummaryList", [])]

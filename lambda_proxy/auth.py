@@ -112,7 +112,12 @@ def voice(caller: Caller, route: Route) -> str:
     tenant or a principal ARN the entry names is a voice of its own; every caller a wildcard
     admits (``ACCOUNT:*``, ``*``) is its account's one voice, as is a caller the entry does not
     name (an operator). A partner account's roles are then one voice, not as many as it
-    makes, and ``min_callers`` counts what the catalog counts."""
+    makes, and ``min_callers`` counts what the catalog counts. Every caller of another account
+    than the API owner's is that account's one voice, whichever entries admit it: a partner
+    named as ``ACCOUNT:*``, ``ACCOUNT:etl`` and a role ARN is still one partner."""
+    own = caller.own_account
+    if caller.account is not None and own is not None and caller.account != own:
+        return f"{caller.account}:*"
     for principal in route.principals:
         if match_key(principal) in caller.principals:
             return match_key(principal)

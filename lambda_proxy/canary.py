@@ -50,12 +50,18 @@ Switch = Literal["off", "split", "held"]
 SESSION_TTL_S = 24 * 3600
 
 #: KEYS: the off switch, the session's assignment (empty: no session), the new-key counter,
-#: the split switch of a shadow canary (empty: not one). ARGV: weight (percent), session TTL
-#: (s). Returns 1 for the canary, 0 for stable, -1 when the canary was rolled back, -2 for a
-#: shadow canary not promoted yet (stable serves; the request may be mirrored).
+#: the split switch of a shadow canary (empty: not one), the mark that the decision recorded
+#: in the Model Registry was read back into the cache (empty: no record to read). ARGV:
+#: weight (percent), session TTL (s). Returns 1 for the canary, 0 for stable, -1 when the
+#: canary was rolled back, -2 for a shadow canary not promoted yet (stable serves; the request
+#: may be mirrored), -3 when the recorded decision has not been read back since the cache
+#: started (the cache may have lost a switch: nothing is decided until it is read).
 _CHOOSE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return -1
+end
+if KEYS[5] ~= '' and redis.call('EXISTS', KEYS[5]) == 0 then
+  return -3
 end
 if KEYS[4] ~= '' and redis.call('EXISTS', KEYS[4]) == 0 then
   return -2
@@ -116,6 +122,8 @@ class Choice(enum.Enum):
     OFF = -1
     #: A shadow canary not promoted yet: stable serves, the request may be mirrored.
     SHADOW = -2
+    #: The decision recorded in the Model Registry is not read back into the cache yet.
+    UNREAD = -3
 
 
 @dataclass(frozen=True)
@@ -270,16 +278,24 @@ class Canaries:
         """Whether this request goes to the canary (see ``route``)."""
         return self.route(adapter, canary, tenant, session) is Choice.CANARY
 
-    def route(self, adapter: str, canary: CanaryRoute, tenant: str, session: str | None) -> Choice:
+    def route(
+        self,
+        adapter: str,
+        canary: CanaryRoute,
+        tenant: str,
+        session: str | None,
+        recorded: bool = False,
+    ) -> Choice:
         """Which version serves this request. ``session``: the caller's key (None: the
         request is a session of its own); keys are per tenant, so tenants cannot steer each
-        other's assignment."""
+        other's assignment. ``recorded``: the canary's decisions are recorded in the Model
+        Registry, so ``UNREAD`` until they are read back (``mark_read``)."""
         base = self.base(adapter, canary)
         key = None if session is None else f"{base}:s:{_digest(tenant, session)}"
         split = f"{base}:split" if canary.shadow is not None else ""
         got = self._redis(
             self._choose,
-            [f"{base}:off", key or "", f"{base}:n", split],
+            [f"{base}:off", key or "", f"{base}:n", split, f"{base}:read" if recorded else ""],
             [canary.weight, SESSION_TTL_S],
         )
         if got is None:
@@ -295,7 +311,7 @@ class Canaries:
             self._restore(base, "split", "promoted before the cache lost its switch")
             again = self._redis(
                 self._choose,
-                [f"{base}:off", key or "", f"{base}:n", split],
+                [f"{base}:off", key or "", f"{base}:n", split, ""],
                 [canary.weight, SESSION_TTL_S],
             )
             return (
@@ -303,7 +319,7 @@ class Canaries:
             )
         if choice is Choice.OFF:
             self.fallback.switch_off(base)
-        elif split and choice is not Choice.SHADOW:
+        elif split and choice in (Choice.CANARY, Choice.STABLE):
             self.fallback.settle(base, "split")
         return choice
 
@@ -312,6 +328,16 @@ class Canaries:
             return
         try:
             self._client.set(f"{base}:{switch}", evidence, nx=True)
+        except redis.RedisError:
+            self._skip_until = time.monotonic() + BREAKER_S
+
+    def mark_read(self, adapter: str, canary: CanaryRoute, ttl_s: int | None = None) -> None:
+        """Note in the cache that the recorded decision was read back (``ttl_s``: until a
+        read is tried again, after one failed)."""
+        if self._choose is None:
+            return
+        try:
+            self._client.set(f"{self.base(adapter, canary)}:read", "1", ex=ttl_s)
         except redis.RedisError:
             self._skip_until = time.monotonic() + BREAKER_S
 

@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Any
 
-from contracts.registry import METADATA_MAX, SHADOW_STAGE, find
+from contracts.registry import METADATA_MAX, SHADOW_STAGE, SHADOW_STATUS, find
 from lambda_proxy.shadow import Decision
 
 #: ModelLifeCycle.StageDescription's limit (botocore's sagemaker model).
@@ -71,6 +71,16 @@ def rule_metadata(reason: str, status: str) -> dict[str, str]:
         "shadow-reason": _safe(reason),
         "shadow-decided-at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def overwrites(status: str, recorded: str | None) -> bool:
+    """Whether a decision may be written over what the package records: anything over no
+    decision; a rollback over a promotion (a promoted or held canary the 5xx rule or a later
+    look rolls back: read back as promoted, it would serve again); nothing over a rollback,
+    which is final for its version, nor one promotion over another."""
+    if recorded is None:
+        return True
+    return recorded != SHADOW_STATUS["rollback"] and status == SHADOW_STATUS["rollback"]
 
 
 class DecisionConflictError(Exception):
@@ -120,8 +130,9 @@ class Recorder:
         """Write the decision into ``version``'s package in ``group``; its ARN, or None when
         the version has no package. ``decision``: the paired test's, or the 5xx rule's reason
         (a rollback). A package that records a decision already keeps it
-        (``DecisionConflictError``): the first decision stands, as its switch does. Errors are
-        the caller's (it logs and counts them)."""
+        unless this one may be written over it (``overwrites``: only a rollback over a
+        promotion), else ``DecisionConflictError``. Errors are the caller's (it logs and
+        counts them)."""
         if isinstance(decision, str):
             figures, reason = rule_metadata(decision, status), decision
         else:
@@ -129,8 +140,8 @@ class Recorder:
         package = find(self.client, group, version)
         if package is None:
             return None
-        if package.decision is not None:
-            raise DecisionConflictError(package.arn, package.decision, status)
+        if not overwrites(status, package.decision):
+            raise DecisionConflictError(package.arn, package.decision or "", status)
         properties = {**package.metadata, **figures}
         if len(properties) > METADATA_MAX:
             raise ValueError(

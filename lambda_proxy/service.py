@@ -444,8 +444,15 @@ def _version(
     canary = route.canary
     if canary is None:
         return route, None, Choice.STABLE
-    read_back(adapter, canary)
-    choice = deps().canaries.route(adapter, canary, who, session)  # type: ignore[union-attr]
+    recorded = deps().registry is not None and canary.registry_group is not None
+    canaries = deps().canaries
+    assert canaries is not None
+    choice = canaries.route(adapter, canary, who, session, recorded)
+    if choice is Choice.UNREAD:
+        if read_back(adapter, canary):
+            choice = canaries.route(adapter, canary, who, session, recorded)
+        if choice is Choice.UNREAD:  # the read is under way: nothing decided, stable serves
+            choice = Choice.STABLE
     if choice is not Choice.CANARY:
         return route, None, choice
     return canary_route(route, canary), canary, choice
@@ -497,43 +504,33 @@ READ_BACK_WAIT_S = 1.0
 RECORDED_SWITCH: dict[str, Switch] = {"rolled-back": "off", "promoted": "split", "held": "held"}
 
 
-#: After a failed read, the next one waits this long (and no request waits for it).
-READ_BACK_RETRY_S = 60.0
+#: After a failed read, the cache is marked read for this long, then a request reads again.
+READ_BACK_RETRY_S = 60
 
 
 @dataclass
 class ReadBack:
-    """One canary version's read-back in this process: done once the read ended; ``retry_at``
-    set when it failed (the registry away or refusing), so that a later request tries again."""
+    """One canary version's read-back in this process: ``done`` once it ended."""
 
     done: threading.Event = field(default_factory=threading.Event)
-    retry_at: float | None = None
 
 
-def read_back(adapter: str, canary: CanaryRoute) -> None:
-    """Once per process, read the decision the Model Registry records for this canary version
-    and set its switch where the cache holds none: the cache (Redis, with no replica in dev) is
-    not where a decision lives, the registry is. The read runs on its own
-    thread; the first request waits for it at most ``READ_BACK_WAIT_S``, then goes by what the
-    cache says. A failed read is tried again ``READ_BACK_RETRY_S`` later, with no request
-    waiting for it: a registry that is away costs callers nothing."""
+def read_back(adapter: str, canary: CanaryRoute) -> bool:
+    """Read the decision the Model Registry records for this canary version into the cache,
+    where the cache has no mark of it (``Choice.UNREAD``: it started empty, or lost its keys):
+    the cache (Redis, with no replica in dev) is not where a decision lives, the registry is.
+    One read at a time per process, on its own thread; the request that starts it waits for it
+    at most ``READ_BACK_WAIT_S``, others do not wait. True when the read is done (the cache is
+    marked: for good after a read, ``READ_BACK_RETRY_S`` after a failed one)."""
     d = deps()
-    recorder, group = d.registry, canary.registry_group
-    if recorder is None or group is None:
-        return
     base = Canaries.base(adapter, canary)
-    first = False
     with _READ_BACK_LOCK:
         state = d.read_back.get(base)
-        if state is None:
-            state = d.read_back[base] = ReadBack()
-            first = True
-        elif state.retry_at is None or time.monotonic() < state.retry_at:
-            return
-        state.retry_at = None
+        if state is not None and not state.done.is_set():
+            return False  # under way
+        state = d.read_back[base] = ReadBack()
         threading.Thread(target=_read_back, args=(d, adapter, canary, state), daemon=True).start()
-    if first:
-        state.done.wait(READ_BACK_WAIT_S)
+    return state.done.wait(READ_BACK_WAIT_S)
 
 
 _READ_BACK_LOCK = threading.Lock()
@@ -541,30 +538,33 @@ _READ_BACK_LOCK = threading.Lock()
 
 def _read_back(d: Dependencies, adapter: str, canary: CanaryRoute, state: ReadBack) -> None:
     extra = {"adapter": adapter, "canary_version": canary.version, "group": canary.registry_group}
+    canaries = d.canaries
+    assert canaries is not None
+    assert d.registry is not None
+    assert canary.registry_group is not None
     try:
-        status = d.registry.decided(canary.registry_group, canary.version)  # type: ignore[union-attr, arg-type]
+        status = d.registry.decided(canary.registry_group, canary.version)
     except Exception as exc:  # the registry away: the cache's switches stand; try again later
         count_now("RegistryReadFailed")
         logger.warning(
             "canary decision not read back from the Model Registry",
             extra={**extra, "error": f"{type(exc).__name__}: {exc}"[:500]},
         )
-        with _READ_BACK_LOCK:
-            state.retry_at = time.monotonic() + READ_BACK_RETRY_S
+        canaries.mark_read(adapter, canary, READ_BACK_RETRY_S)
         state.done.set()
         return
     switch = RECORDED_SWITCH.get(status or "")
     if switch is not None:
-        d.canaries.restore(  # type: ignore[union-attr]
+        canaries.restore(
             adapter,
             canary,
             switch,
             json.dumps({"action": status, "reason": "recorded in the Model Registry"}),
         )
         logger.info(
-            "canary decision read back from the Model Registry",
-            extra={**extra, "status": status},
+            "canary decision read back from the Model Registry", extra={**extra, "status": status}
         )
+    canaries.mark_read(adapter, canary)
     state.done.set()
 
 

@@ -44,7 +44,7 @@ import secrets
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 from typing import Any, Literal
 
@@ -69,13 +69,17 @@ MIN_MIRROR_TOKENS = 16
 MIN_EVIDENCE_WORDS = 4
 
 #: KEYS: the pairs' sums (a hash: every pair, for people), the canary's off switch, its voices
-#: (a hash of digest -> pairs), the inputs already paired (a set of digests), this voice's own
-#: sums (a hash). ARGV: the voice's digest, the input's digest, then for each signal measured
-#: on this pair its name, stable's value, the canary's, the oriented difference and its
-#: square. Returns ``{n}``, the pairs counted so far; ``{-1}`` when this input was paired
+#: (a hash of digest -> pairs), the inputs already paired (a set of voice|input digests), this
+#: voice's own sums (a hash), the prefix of every voice's sums. ARGV: the voice's digest, the
+#: voice|input digest, the look interval (``min_pairs``), then for each signal measured on this
+#: pair its name, stable's value, the canary's, the oriented difference and its square.
+#: Returns ``{n}``, the pairs counted so far, and when ``n`` is a look, every voice's digest
+#: and sums after it, read in the same script: the look weighs exactly the pairs its ``n``
+#: counts, whatever other processes add meanwhile. ``{-1}`` when this voice paired this input
 #: before (one input is one piece of evidence, however often it is replayed); empty when the
-#: canary is off (a pair landing after a rollback counts for nothing). No TTL, as for the
-#: switch (``lambda_proxy.canary``): ``volatile-lru`` must not evict a running test.
+#: canary is off (a pair landing after a rollback counts for nothing). The voices' keys are
+#: named from the hash (the cache runs with cluster mode off: ``infra.cache``). No TTL, as
+#: for the switch (``lambda_proxy.canary``): ``volatile-lru`` must not evict a running test.
 _PAIR_SCRIPT = """
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return {}
@@ -88,7 +92,7 @@ redis.call('HINCRBY', KEYS[5], 'n', 1)
 if redis.call('HINCRBY', KEYS[3], ARGV[1], 1) == 1 then
   redis.call('HINCRBY', KEYS[1], 'callers', 1)
 end
-for i = 3, #ARGV, 5 do
+for i = 4, #ARGV, 5 do
   local name = ARGV[i]
   for _, key in ipairs({KEYS[1], KEYS[5]}) do
     redis.call('HINCRBY', key, 'n:' .. name, 1)
@@ -98,7 +102,14 @@ for i = 3, #ARGV, 5 do
     redis.call('HINCRBYFLOAT', key, 'q:' .. name, ARGV[i + 4])
   end
 end
-return {n}
+local out = {n}
+if n % tonumber(ARGV[3]) == 0 then
+  for _, who in ipairs(redis.call('HKEYS', KEYS[3])) do
+    table.insert(out, who)
+    table.insert(out, redis.call('HGETALL', KEYS[6] .. who))
+  end
+end
+return out
 """
 
 
@@ -122,6 +133,9 @@ class Tally:
     counts: Mapping[str, float]
     callers: int = 1
     raw: int = -1
+    #: Each voice's own tally, and the share it was capped at (``capped``; empty before).
+    voices: Mapping[str, Tally] = field(default_factory=dict)
+    min_callers: int = 1
 
     def __post_init__(self) -> None:
         if self.raw < 0:
@@ -162,28 +176,34 @@ def share_cap(pairs: list[float], voices: int) -> float:
     return 0.0
 
 
-def capped(voices: Mapping[str, Tally], min_callers: int) -> Tally:
+def capped(voices: Mapping[str, Tally], min_callers: int, raw: int | None = None) -> Tally:
     """One tally from each voice's own, each voice's pairs weighted down to ``share_cap``: a
-    tenant that sends most of the pairs counts as much as ``1 / min_callers`` of them, on
-    ``n`` and on every signal's sums alike, so no one tenant decides for everyone, however
-    many requests it sends."""
-    cap = share_cap([t.n for t in voices.values()], min_callers)
+    tenant that sends most of the pairs counts as much as ``1 / min_callers`` of them, so no
+    one tenant decides for everyone, however many requests it sends. ``n`` is capped over every
+    voice's pairs; each signal over the voices that measured it, since a voice may be the only
+    one whose inputs can show a signal (a fact, a personal value): a signal fewer than
+    ``min_callers`` voices measured weighs nothing. ``raw``: the pairs counted at this look
+    (default: the voices' own)."""
+    live = {w: t for w, t in voices.items() if t.n > 0}
+    cap = share_cap([t.n for t in live.values()], min_callers)
+    n = sum(min(t.n, cap) for t in live.values())
     sums: dict[str, dict[str, float]] = {k: {} for k in ("s", "c", "d", "q", "n")}
-    n = 0.0
-    for t in voices.values():
-        if t.n <= 0:
-            continue
-        w = min(1.0, cap / t.n)
-        n += w * t.n
-        for kind, part in (
-            ("s", t.stable),
-            ("c", t.canary),
-            ("d", t.diff),
-            ("q", t.diff_sq),
-            ("n", t.counts),
-        ):
-            for name, value in part.items():
-                sums[kind][name] = sums[kind].get(name, 0.0) + w * value
+    for name in {name for t in live.values() for name in t.counts}:
+        measured = {w: t.counts.get(name, 0.0) for w, t in live.items()}
+        signal_cap = share_cap(list(measured.values()), min_callers)
+        for w, t in live.items():
+            m = measured[w]
+            if m <= 0:
+                continue
+            weight = min(1.0, signal_cap / m)
+            for kind, part in (
+                ("s", t.stable),
+                ("c", t.canary),
+                ("d", t.diff),
+                ("q", t.diff_sq),
+                ("n", t.counts),
+            ):
+                sums[kind][name] = sums[kind].get(name, 0.0) + weight * part.get(name, 0.0)
     return Tally(
         n,
         sums["s"],
@@ -191,8 +211,10 @@ def capped(voices: Mapping[str, Tally], min_callers: int) -> Tally:
         sums["d"],
         sums["q"],
         sums["n"],
-        sum(1 for t in voices.values() if t.n > 0),
-        raw=int(sum(t.n for t in voices.values())),
+        len(live),
+        raw=int(sum(t.n for t in voices.values())) if raw is None else raw,
+        voices=dict(voices),
+        min_callers=min_callers,
     )
 
 
@@ -233,6 +255,9 @@ class Decision:
     min_callers: int = 1
     #: The pairs counted, before the cap.
     pairs: int = 0
+    #: The weighed evidence pointed to a decision that did not hold with some one voice left
+    #: out (``_without_each_voice``), so the look decided nothing.
+    unheld: bool = False
 
     @property
     def pairs_text(self) -> str:
@@ -265,6 +290,11 @@ class Decision:
             return (
                 f"undecided after {self.pairs_text} pairs: from {self._callers}, a decision "
                 f"needs {self.min_callers}"
+            )
+        if self.unheld:
+            return (
+                f"undecided after {self.pairs_text} pairs: the evidence does not hold with "
+                "every voice's pairs left out in turn"
             )
         return f"undecided after {self.pairs_text} pairs"
 
@@ -329,11 +359,49 @@ def decide(canary: CanaryRoute, tally: Tally) -> Decision | None:
     callers = tally.callers
     action: Literal["continue", "rollback", "promote"] = "continue"
     if callers >= canary.min_callers:
-        if any(b.measured and b.upper < -b.margin for b in bounds):
-            action = "rollback"
-        elif n >= canary.promote_after and all(b.measured and b.lower > -b.margin for b in bounds):
-            action = "promote"
-    return Decision(action, n, look, alpha, z, bounds, callers, canary.min_callers, raw)
+        action = _action(canary, bounds, n)
+    held = action == "continue" or _without_each_voice(canary, tally, signals, z, action)
+    return Decision(
+        action if held else "continue",
+        n,
+        look,
+        alpha,
+        z,
+        bounds,
+        callers,
+        canary.min_callers,
+        raw,
+        unheld=not held,
+    )
+
+
+def _action(
+    canary: CanaryRoute, bounds: tuple[Bound, ...], n: float
+) -> Literal["continue", "rollback", "promote"]:
+    if any(b.measured and b.upper < -b.margin for b in bounds):
+        return "rollback"
+    if n >= canary.promote_after and all(b.measured and b.lower > -b.margin for b in bounds):
+        return "promote"
+    return "continue"
+
+
+def _without_each_voice(
+    canary: CanaryRoute, tally: Tally, signals: list[str], z: float, action: str
+) -> bool:
+    """Whether ``action`` still follows with any one voice left out (its pairs dropped, the
+    others capped at ``1 / (min_callers - 1)``). A voice holding its full share can still move
+    a pooled mean by that share, and the margins are a few hundredths: a canary that differs
+    only on one tenant's inputs (made for it, or by it) must not be decided for everyone on
+    them. Only ever turns a decision into none, so the error rates stay within alpha."""
+    if canary.min_callers < 2 or len(tally.voices) < 2:
+        return True
+    for left in tally.voices:
+        rest = {w: t for w, t in tally.voices.items() if w != left}
+        sub = capped(rest, canary.min_callers - 1)
+        # The full look's pair count for promote_after: what is tested here is the bounds.
+        if _action(canary, tuple(bound(canary, sub, s, z) for s in signals), tally.n) != action:
+            return False
+    return True
 
 
 class Pairs:
@@ -372,13 +440,15 @@ class Pairs:
         ``capped`` one when the pairs counted are a multiple of ``every`` (a look: the only
         place it is read), else the plain totals."""
         who = hashlib.sha256(f"{base}|{caller}".encode()).hexdigest()[:16]
-        seen = key if key is not None else secrets.token_hex(8)
+        # Per voice: a voice's replay is one piece of evidence, and no voice can use up an
+        # input another voice will send.
+        seen = f"{who}|{key if key is not None else secrets.token_hex(8)}"
         values: list[tuple[str, float, float, float]] = []
         for s in sorted(stable):
             d = oriented(s, stable[s], canary[s])
             values.append((s, stable[s], canary[s], d))
         if self._pair is not None:
-            args: list[Any] = [who, seen]
+            args: list[Any] = [who, seen, every]
             for s, st, ca, d in values:
                 args += [s, repr(st), repr(ca), repr(d), repr(d * d)]
             try:
@@ -389,32 +459,43 @@ class Pairs:
                         f"{base}:callers",
                         f"{base}:seen",
                         f"{base}:pairs:{who}",
+                        f"{base}:pairs:",
                     ],
                     args=args,
                 )
-                if not got or int(got[0]) < 0:
-                    return None
-                n = int(got[0])
-                if n % every == 0:
-                    return capped(voice_tallies(self._client, base), min_callers)
-                return Tally.of_hash(_decoded(self._client.hgetall(f"{base}:pairs")))
             except redis.RedisError:
                 return None
+            if not got or int(got[0]) < 0:
+                return None
+            n = int(got[0])
+            if n % every:
+                return Tally(0.0, {}, {}, {}, {}, {}, 0, raw=n)
+            it = iter(got[1:])
+            voices = {
+                (w.decode() if isinstance(w, bytes) else w): Tally.of_hash(
+                    _decoded(dict(zip(f[::2], f[1::2], strict=True)))
+                )
+                for w, f in zip(it, it, strict=True)
+            }
+            return capped(voices, min_callers, raw=n)
         with self._lock:
             if seen in self._seen.setdefault(base, set()):
                 return None
             self._seen[base].add(seen)
-            voices = self._voices.setdefault(base, {})
-            for sums in (self._local.setdefault(base, {}), voices.setdefault(who, {})):
+            voices_local = self._voices.setdefault(base, {})
+            for sums in (self._local.setdefault(base, {}), voices_local.setdefault(who, {})):
                 sums["n"] = sums.get("n", 0.0) + 1
                 for s, st, ca, d in values:
                     sums[f"n:{s}"] = sums.get(f"n:{s}", 0.0) + 1
                     for kind, value in (("s", st), ("c", ca), ("d", d), ("q", d * d)):
                         sums[f"{kind}:{s}"] = sums.get(f"{kind}:{s}", 0.0) + value
-            self._local[base]["callers"] = float(len(voices))
-            if int(self._local[base]["n"]) % every == 0:
-                return capped({w: Tally.of_hash(v) for w, v in voices.items()}, min_callers)
-            return Tally.of_hash(self._local[base])
+            self._local[base]["callers"] = float(len(voices_local))
+            n = int(self._local[base]["n"])
+            if n % every:
+                return Tally(0.0, {}, {}, {}, {}, {}, 0, raw=n)
+            return capped(
+                {w: Tally.of_hash(v) for w, v in voices_local.items()}, min_callers, raw=n
+            )
 
     def tally(self, base: str, min_callers: int) -> Tally:
         """The weighted tally as a look would read it now."""

@@ -407,12 +407,19 @@ class Registry:
                             "CreationTime": "2026-12-01T00:00:00Z",
                             "ModelPackageStatus": "Completed",
                         }
-                        for arn in arns.values()
+                        # Newest first, as asked: the canary, registered last, is first.
+                        for arn in reversed(list(arns.values()))
                     ]
                 },
-                {"ModelPackageGroupName": GROUP, "ModelPackageType": "Versioned"},
+                {
+                    "ModelPackageGroupName": GROUP,
+                    "ModelPackageType": "Versioned",
+                    "SortBy": "CreationTime",
+                    "SortOrder": "Descending",
+                },
             )
-            for v, arn in arns.items():
+            # Only the canary's package is described: it is the first listed.
+            for v, arn in [(canary_version, arns[canary_version])]:
                 self.stub.add_response(
                     "describe_model_package",
                     {
@@ -742,9 +749,9 @@ def test_one_tenants_flood_of_pairs_cannot_promote_what_two_others_show_broken()
 def test_a_registry_that_is_away_costs_callers_nothing_after_the_first_wait(
     setup, version, monkeypatch
 ) -> None:
-    """The read-back of a canary's recorded decision (router attack r5, D4) is tried once per
-    process; when the registry fails, later requests neither wait for it nor start a read
-    each, until the retry time."""
+    """The read-back of a canary's recorded decision (the cache may have lost its switch) is
+    tried by one request; when the registry fails, the cache is marked read for a while: later
+    requests neither wait for it nor start a read each, until the mark expires."""
 
     class Away:
         reads = 0
@@ -753,16 +760,80 @@ def test_a_registry_that_is_away_costs_callers_nothing_after_the_first_wait(
             Away.reads += 1
             raise RuntimeError("AccessDenied")
 
-    monkeypatch.setattr(service, "READ_BACK_RETRY_S", 0.5)
+    monkeypatch.setattr(service, "READ_BACK_RETRY_S", 1)
     setup(_canary(version, registry_group=GROUP), lambda t: "ok", lambda t: "ok")
     service.deps().registry = Away()  # type: ignore[assignment]
     t0 = time.monotonic()
     for i in range(20):
         assert _ask(f"q{i}")[0] == 200
     assert time.monotonic() - t0 < 1.5 and Away.reads == 1
-    time.sleep(0.6)
+    time.sleep(1.2)
     assert _ask("again")[0] == 200
-    deadline = time.monotonic() + 2
-    while Away.reads < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
     assert Away.reads == 2
+
+
+def test_a_decision_the_cache_lost_is_read_back_before_anything_is_decided(setup, version) -> None:
+    """A canary rolled back and recorded: after the cache restarts empty, the next request
+    reads the record back before routing, and the canary stays off (a weighted canary served
+    half of new keys again, a promoted one dropped back to shadow)."""
+
+    class Recorded:
+        def decided(self, group: str, version: str) -> str | None:
+            return "rolled-back"
+
+    canary = {k: v for k, v in _canary(version, registry_group=GROUP).items() if k != "shadow"}
+    sm = setup(canary, lambda t: "stable", lambda t: "canary")
+    service.deps().registry = Recorded()  # type: ignore[assignment]
+    versions = set()
+    for i in range(10):
+        keyed = event(body={"inputs": f"q{i}"})
+        keyed["headers"] = {**(keyed.get("headers") or {}), "X-Session-Key": f"k{i}"}
+        versions.add(call(keyed)[1]["version"])
+    assert versions == {"1.0.0"} and sm.calls[CANARY] == 0
+    assert _switch(version, "off") is not None
+
+
+def _look(canary: CanaryRoute, pairs: list[tuple[str, dict, dict]]) -> shadow.Decision | None:
+    """The decision at the last look over these pairs, each ``(voice, stable, canary)``."""
+    store = shadow.Pairs(None)
+    decision = None
+    for i, (who, stable, mirrored) in enumerate(pairs):
+        tally = store.add(
+            "look", stable, mirrored, who, key=f"k{i}",
+            every=canary.min_pairs, min_callers=canary.min_callers,
+        )  # fmt: skip
+        decision = shadow.decide(canary, tally) or decision
+    return decision
+
+
+def test_a_signal_only_one_voice_can_show_decides_nothing() -> None:
+    """Only one tenant's inputs state facts, and the canary drops them there: capped on ``n``
+    alone, that tenant carried all of ``facts_kept`` (outside review of #50)."""
+    canary = CanaryRoute.model_validate(
+        _canary(
+            "9.9.9", min_callers=3, min_pairs=30, margins={"facts_kept": 0.05, "answered": 0.02}
+        )
+    )
+    ok = {"answered": 1.0}
+    pairs = [(who, ok, ok) for who in ("south", "east") for _ in range(40)]
+    pairs += [("north", {"facts_kept": 1.0, **ok}, {"facts_kept": 0.0, **ok})] * 40
+    decision = _look(canary, pairs)
+    assert decision is not None and decision.action == "continue", decision
+    assert next(b for b in decision.bounds if b.signal == "facts_kept").n == 0
+
+
+def test_a_canary_worse_on_one_voices_inputs_only_is_not_decided_for_everyone() -> None:
+    """One tenant's inputs (made for it, or by it) show the canary answering nothing on half of
+    them; the two others see it identical. Capped at a third, that still moved the pooled mean
+    past the margin (outside review of #50); left out in turn, the evidence does not hold."""
+    canary = CanaryRoute.model_validate(
+        _canary("9.9.9", min_callers=3, min_pairs=30, margins={"answered": 0.02})
+    )
+    ok, silent = {"answered": 1.0}, {"answered": 0.0}
+    pairs = [(w, ok, ok) for w in ("south", "east") for _ in range(30)]
+    pairs += [("north", ok, silent if i % 2 else ok) for i in range(300)]
+    decision = _look(canary, pairs)
+    assert decision is not None and decision.action == "continue" and decision.unheld, decision
+    # Broken for every voice: rolled back.
+    everyone = [(w, ok, silent) for w in ("south", "east", "north") for _ in range(20)]
+    assert (_look(canary, everyone) or decision).action == "rollback"
