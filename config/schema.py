@@ -393,10 +393,11 @@ class CanaryConfig(_Published):
     min_callers: int = Field(
         default=2,
         ge=1,
-        description="distinct callers whose canary requests failed before the rate can decide "
-        "(a container 500 can be one tenant's input; capped at the callers the entry admits); "
-        "in shadow mode also the distinct callers among the mirrored pairs before the quality "
-        "test decides anything",
+        description="distinct voices whose canary requests failed before the rate can decide "
+        "(a container 500 can be one tenant's input), and in shadow mode the voices the quality "
+        "test weighs, none carrying more than 1/min_callers of the evidence; a voice is a tenant "
+        "or principal of this account the entry names, this account's wildcard, or another "
+        "account; capped at the voices the entry admits",
     )
 
     @field_validator("weight")
