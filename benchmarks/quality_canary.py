@@ -61,8 +61,9 @@ from training.package import pack, write_manifest
 HEADING = "## Shadow canary (`benchmarks/quality_canary.py`)"
 REDIS_URL = "redis://127.0.0.1:6379/10"  # the benchmark's own database (no test uses 10)
 PATH = "/v1/adapters/shared/generate"
-#: New tokens per request: the fewest the router mirrors (shorter answers carry no evidence).
-SHADOW, NEW_TOKENS, MIN_MIRRORED = 0.5, MIN_MIRROR_TOKENS, 200
+#: New tokens per request: twice the fewest the router mirrors (a pair of answers under 16
+#: characters carries no evidence, and the tiny base writes few characters per token).
+SHADOW, NEW_TOKENS, MIN_MIRRORED = 0.5, 2 * MIN_MIRROR_TOKENS, 200
 GOALS = {"added_load_share": SHADOW + 0.1, "router_p50_added_ms": 1.0, "equal_answers": 0.95}
 
 

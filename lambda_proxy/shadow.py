@@ -64,9 +64,9 @@ MIN_SIGNAL_PAIRS = 20
 #: on every signal whatever the model wrote (a one-word answer is answered, never repeats, and
 #: keeps no fact), so a flood of them would promote any canary.
 MIN_MIRROR_TOKENS = 16
-#: A pair in which both answers have fewer words than this carries no evidence either (a
-#: request that asked for many tokens but was answered in two words on both sides).
-MIN_EVIDENCE_WORDS = 4
+#: A pair in which both answers are shorter than this (visible characters) carries no evidence
+#: either: a request that asked for many tokens but was answered in a word on both sides.
+MIN_EVIDENCE_CHARS = 16
 
 #: KEYS: the pairs' sums (a hash: every pair, for people), the canary's off switch, its voices
 #: (a hash of digest -> pairs), the inputs already paired (a set of voice|input digests), this
@@ -562,10 +562,10 @@ def pair(
     """Both versions' signals of their answers to one payload, on the signals its input can
     show (``contracts.quality.measurable``: an input with no fact says nothing of whether a
     version keeps facts, and must not count as a pair in which both did). No signal at all
-    when both answers are under ``MIN_EVIDENCE_WORDS`` words and both say something: such a
-    pair scores the same whatever the models are, and counting it would let short answers
-    decide (a canary that says nothing where stable says a word is still told apart)."""
-    short = max(len(stable_answer.split()), len(canary_answer.split())) < MIN_EVIDENCE_WORDS
+    when both answers are under ``MIN_EVIDENCE_CHARS`` and both say something: such a pair
+    scores the same whatever the models are, and counting it would let short answers decide
+    (a canary that says nothing where stable says a word is still told apart)."""
+    short = max(len(stable_answer.strip()), len(canary_answer.strip())) < MIN_EVIDENCE_CHARS
     if short and answered(stable_answer) == answered(canary_answer):
         return {}, {}
     text = source_text(payload)

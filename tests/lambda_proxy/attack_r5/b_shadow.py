@@ -346,7 +346,7 @@ def _():
 def _():
     # Adapted (lora-fleet #50): the scorer now reads a 'required' that is not a list as none,
     # so the mirror no longer fails; either outcome is clean. An input long enough to score
-    # (a pair of answers under four words carries no evidence since the D1 fix).
+    # (a pair of answers under 16 characters carries no evidence since the D1 fix).
     cfg = canary_cfg(margins={"json_valid": 0.05, "answered": 0.02})
     configure(Models(), cfg)
     out = io.StringIO()
@@ -702,7 +702,7 @@ def _():
       "pairs with too little text to score are not counted")
 def _():
     # Adapted (lora-fleet #50): the fix keeps measure() as it is and counts no such pair:
-    # shadow.pair gives no signal for two answers under four words that both say something.
+    # shadow.pair gives no signal for two answers under 16 characters that both say something.
     route = CanaryRoute.model_validate(canary_cfg(
         margins={"pii_leaked": 0.02, "facts_kept": 0.05, "answered": 0.02, "repetition": 0.05,
                  "json_valid": 0.05}))
