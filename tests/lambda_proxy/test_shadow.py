@@ -763,10 +763,9 @@ def test_a_registry_that_is_away_costs_callers_nothing_after_the_first_wait(
     monkeypatch.setattr(service, "READ_BACK_RETRY_S", 1)
     setup(_canary(version, registry_group=GROUP), lambda t: "ok", lambda t: "ok")
     service.deps().registry = Away()  # type: ignore[assignment]
-    t0 = time.monotonic()
     for i in range(20):
         assert _ask(f"q{i}")[0] == 200
-    assert time.monotonic() - t0 < 1.5 and Away.reads == 1
+    assert Away.reads == 1  # one read, not one per request
     time.sleep(1.2)
     assert _ask("again")[0] == 200
     assert Away.reads == 2
