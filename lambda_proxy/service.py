@@ -817,7 +817,7 @@ def record(adapter: str, canary: CanaryRoute, decision: shadow.Decision | str, k
     extra = {"adapter": adapter, "canary_version": canary.version, "group": group}
     try:
         arn = recorder.record(group, canary.version, decision, status)
-    except registry.DecisionConflictError as exc:  # the first decision recorded stands
+    except registry.DecisionConflictError as exc:  # a rollback is final; a promotion stays
         count_now("RegistryRecordConflict")
         logger.warning("shadow canary decision not recorded", extra={**extra, "reason": str(exc)})
         return
