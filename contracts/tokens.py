@@ -19,7 +19,7 @@ SmolLM2's, Llama 3's) can spend on it, on any text:
   tokenizers' pre-tokenizers join to the letter (``" q"`` is one token, so a word with its
   space costs at most its letters).
 
-Plain English is charged about 2.5x its real count, hostile text at or above it (the tests
+Plain English is charged about 2.8x its real count (SmolLM2), hostile text at or above it (the tests
 check both against SmolLM2's tokenizer). A chat turn also costs its template (role markers and
 separators, ``MESSAGE_OVERHEAD``), and a request the adapter's own system instruction
 (``Route.prompt_overhead``, computed from the catalog).

@@ -368,26 +368,23 @@ class Prepared:
     mirror: Prepared | None = None
     #: This is such a copy: the engine queues it as a sender of its own (``SHADOW_SENDER``).
     shadow: bool = False
-
-
-def prompt_estimate(req: GenerateRequest, overhead: int = 0) -> int:
-    """The prompt's tokens as the quota charges them (``contracts.tokens``): its text, each
-    message's template and ``overhead``, what the container adds (the adapter's system
-    instruction) when the request brings no system turn of its own."""
-    messages = [m.content for m in req.messages or []]
-    if any(m.role == "system" for m in req.messages or []):
-        overhead = 0
-    return prompt_tokens_estimate(req.inputs, messages, overhead)
+    #: The prompt's token estimate the quota charged (``charge``): an abandoned stream's
+    #: usage carries it as its input, since no answer reported the real count.
+    prompt_tokens: int = 0
 
 
 def charge(
     who: str, adapter: str, req: GenerateRequest, per_adapter: Limits | None, overhead: int = 0
-) -> None:
-    """The quota check; raises when the request is not admitted. The token cost is what the
+) -> int:
+    """The quota check; raises when the request is not admitted, else returns the prompt's
+    token estimate it charged. The token cost is what the
     request may generate plus an estimate of its prompt's tokens: an upper bound per
     character class, each message's template, and ``overhead``, what the container adds (the
     adapter's system instruction, when the request brings none)."""
-    estimate = prompt_estimate(req, overhead)
+    messages = [m.content for m in req.messages or []]
+    if any(m.role == "system" for m in req.messages or []):
+        overhead = 0
+    estimate = prompt_tokens_estimate(req.inputs, messages, overhead)
     cost = req.parameters.max_new_tokens + estimate
     quota = deps().quotas.check(who, adapter, cost, per_adapter)  # type: ignore[union-attr]
     if not quota.enforced:
@@ -411,6 +408,7 @@ def charge(
             code="QuotaExceeded",
             headers={"Retry-After": str(quota.retry_after_s)},
         )
+    return estimate
 
 
 def payload_of(req: GenerateRequest) -> dict[str, Any]:
@@ -471,11 +469,11 @@ def prepare(
     OpenAI ``user``, a session key when no ``X-Session-Key`` header names one."""
     table = deps().settings.routing_table
     who = caller.tenant or caller.arn
-    charge(who, adapter, req, Limits.of(route.quota), route.prompt_overhead)
+    estimate = charge(who, adapter, req, Limits.of(route.quota), route.prompt_overhead)
     served, canary, choice = _version(adapter, who, route, session_key(call, session))
     revision = table.base_revision or ""
     prep = _prepared(adapter, who, served, req, revision, canary)
-    prep.who, prep.voice = who, voice(caller, route)
+    prep.who, prep.voice, prep.prompt_tokens = who, voice(caller, route), estimate
     if canary is not None:
         prep.fallback = _prepared(adapter, who, route, req, revision)
         prep.fallback.who, prep.fallback.voice = who, prep.voice

@@ -133,9 +133,8 @@ class Tally:
     counts: Mapping[str, float]
     callers: int = 1
     raw: int = -1
-    #: Each voice's own tally, and the share it was capped at (``capped``; empty before).
+    #: Each voice's own tally (``capped``; empty before).
     voices: Mapping[str, Tally] = field(default_factory=dict)
-    min_callers: int = 1
 
     def __post_init__(self) -> None:
         if self.raw < 0:
@@ -214,7 +213,6 @@ def capped(voices: Mapping[str, Tally], min_callers: int, raw: int | None = None
         len(live),
         raw=int(sum(t.n for t in voices.values())) if raw is None else raw,
         voices=dict(voices),
-        min_callers=min_callers,
     )
 
 
@@ -412,7 +410,7 @@ class Pairs:
     rate, and a decision made on them would stay in that process.
 
     Sums are kept per voice as well as in total, so that a look can weigh each voice at most
-    its share (``capped``); an input is paired once per test, whoever sends it again."""
+    its share (``capped``); an input is paired once per voice, however often it is sent."""
 
     def __init__(self, client: redis.Redis | None) -> None:
         register = getattr(client, "register_script", None)
@@ -436,9 +434,9 @@ class Pairs:
     ) -> Tally | None:
         """Add one pair from ``caller`` (a voice: ``auth.voice``) on the input ``key`` (None:
         an input of its own); the tally after it, or None when it did not count (the canary is
-        off, the input was paired before, or Redis did not answer). The tally is the voices'
-        ``capped`` one when the pairs counted are a multiple of ``every`` (a look: the only
-        place it is read), else the plain totals."""
+        off, this voice paired the input before, or Redis did not answer). The tally is the
+        voices' ``capped`` one when the pairs counted are a multiple of ``every`` (a look: the
+        only place its sums are read), else only the count (``raw``)."""
         who = hashlib.sha256(f"{base}|{caller}".encode()).hexdigest()[:16]
         # Per voice: a voice's replay is one piece of evidence, and no voice can use up an
         # input another voice will send.
@@ -496,14 +494,6 @@ class Pairs:
             return capped(
                 {w: Tally.of_hash(v) for w, v in voices_local.items()}, min_callers, raw=n
             )
-
-    def tally(self, base: str, min_callers: int) -> Tally:
-        """The weighted tally as a look would read it now."""
-        if self._pair is not None:
-            return capped(voice_tallies(self._client, base), min_callers)
-        with self._lock:
-            voices = self._voices.get(base, {})
-            return capped({w: Tally.of_hash(v) for w, v in voices.items()}, min_callers)
 
 
 def voice_tallies(client: Any, base: str) -> dict[str, Tally]:

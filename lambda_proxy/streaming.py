@@ -66,12 +66,21 @@ class StreamPlan:
     #: Who asked and the adapter's route: the stream's usage record (``lambda_proxy.usage``).
     caller: Any = None
     route: Route | None = None
-    #: The prompt's token estimate (``contracts.tokens``): what an abandoned stream's record
-    #: carries as its input, since no answer reported the real count.
-    prompt_tokens: int = 0
     #: Pieces sent to the client so far, and whether the stream's usage record is written.
     streamed: int = 0
     recorded: bool = False
+
+    def record_failure(self, status: int, input_tokens: int = 0, output_tokens: int = 0) -> None:
+        """The stream's one usage record when it ends without an answer (refused, failed,
+        abandoned)."""
+        ms = (time.perf_counter() - self.t0) * 1000
+        failed = usage.of_failure(
+            self.caller, self.route, self.model, "stream", status, ms, self.request_id
+        )
+        usage.record(
+            dataclasses.replace(failed, input_tokens=input_tokens, output_tokens=output_tokens)
+        )
+        self.recorded = True
 
 
 def refusal(kind: str, exc: RouterError, request_id: str | None) -> tuple[int, dict, bytes]:
@@ -126,7 +135,6 @@ def _admit(
         request_id=call.request_id,
         caller=caller,
         route=route,
-        prompt_tokens=service.prompt_estimate(req, route.prompt_overhead),
     )
 
 
@@ -177,11 +185,7 @@ class Stream:
         p = self.plan
         # Outside the handler's lock: counted at once, not in its metric buffer.
         service.count_canary(p.prep, exc, count=count_now)
-        ms = (time.perf_counter() - p.t0) * 1000
-        usage.record(
-            usage.of_failure(p.caller, p.route, p.model, "stream", exc.status, ms, p.request_id)
-        )
-        p.recorded = True
+        p.record_failure(exc.status)
         failure = service.invoke_failure(p.model, exc, p.request_id, count=count_now)
         return refusal(p.kind, failure, p.request_id)
 
@@ -228,14 +232,8 @@ class Stream:
         was sent as its output tokens and the prompt's estimate as its input: the model ran
         and the quota was charged, so the endpoint's cost is this tenant's share too."""
         p = self.plan
-        if p.recorded:
-            return
-        p.recorded = True
-        ms = (time.perf_counter() - p.t0) * 1000
-        record = usage.of_failure(p.caller, p.route, p.model, "stream", ABANDONED, ms, p.request_id)
-        usage.record(
-            dataclasses.replace(record, input_tokens=p.prompt_tokens, output_tokens=p.streamed)
-        )
+        if not p.recorded:
+            p.record_failure(ABANDONED, p.prep.prompt_tokens, p.streamed)
 
     # -- the writer ------------------------------------------------------------------------
     def events(self) -> Iterator[bytes]:
@@ -385,12 +383,7 @@ class _Format:
     def error(self, exc: InvokeError) -> Iterator[bytes]:
         # After the 200 status: API Gateway logs a success, so the failure is counted here.
         count_now(f"StreamError{exc.status}")
-        p = self.plan
-        ms = (time.perf_counter() - p.t0) * 1000
-        usage.record(
-            usage.of_failure(p.caller, p.route, p.model, "stream", exc.status, ms, p.request_id)
-        )
-        p.recorded = True
+        self.plan.record_failure(exc.status)
         service.count_canary(self.plan.prep, exc, count=count_now)
         if exc.status >= 500:  # API Gateway's 5XXError never sees it: alarmed on this one
             count_now("StreamServerError")
