@@ -93,16 +93,19 @@ def main(argv: list[str] | None = None) -> int:
     while not server.started:
         time.sleep(0.02)
     web = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+    # The API owner's account is the caller's: the route names its tenant by role name, which
+    # the router qualifies with the owner's account.
+    owner = ALLOWED_ROLE.split(":")[4]
     context = {
         "identity": {"userArn": ALLOWED_ROLE},
-        "accountId": "111122223333",
+        "accountId": owner,
         "resourcePath": "/v1/adapters/{adapter}/generate",
         "stage": "v1",
     }
     lambda_context = json.dumps(
         {
             "request_id": "bench",
-            "invoked_function_arn": "arn:aws:lambda:us-east-1:111122223333:function:router",
+            "invoked_function_arn": f"arn:aws:lambda:us-east-1:{owner}:function:router",
         }
     )
 
