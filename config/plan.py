@@ -14,6 +14,7 @@ from config.devices import BYTES_PER_PARAM, DEVICES, GIB
 from config.loader import Deployment
 from config.schema import BaseModelEntry
 from config.tasks import TARGET_MODULES, Targets
+from contracts.fairness import overflow_slots
 from contracts.settings import slot_rank as contract_slot_rank
 
 #: What vLLM holds on a GPU besides weights, LoRA slots and the KV cache: the activations of
@@ -113,7 +114,9 @@ class CapacityPlan:
             (
                 "OPTION_MAX_BATCH_SIZE",
                 f"{self.max_num_seqs} ({self.batch_source}; KV tokens over "
-                f"{self.planned_context}-token sequences, at most {VLLM_MAX_NUM_SEQS})",
+                f"{self.planned_context}-token sequences, at most {VLLM_MAX_NUM_SEQS}); vLLM's "
+                f"max_num_seqs {self.max_num_seqs + overflow_slots(self.max_num_seqs)} with the "
+                "fair queue's slots for a sender with nothing running",
             ),
             (
                 "vLLM's multi-LoRA defaults",

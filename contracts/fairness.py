@@ -19,6 +19,10 @@ from __future__ import annotations
 import hashlib
 
 HEADER = "x-amzn-sagemaker-custom-attributes"
+#: Who a shadow mirror is: one sender for every mirror, so a mirror never lowers its caller's
+#: own next request's priority. The runtime starts mirrors after every caller's request and never
+#: gives them an overflow slot (``runtime.fair_gate``): a mirror takes no caller's share.
+MIRROR = "shadow-mirror"
 #: The attribute's name inside ``CustomAttributes`` (``key=value`` pairs, ``;``-separated).
 ATTRIBUTE = "fair-key"
 ANONYMOUS = "anonymous"
@@ -27,6 +31,18 @@ ANONYMOUS = "anonymous"
 def fair_key(who: str) -> str:
     """The sender's key: 16 hex digits of its sha256 (ASCII, fixed length)."""
     return hashlib.sha256(who.encode()).hexdigest()[:16]
+
+
+#: The mirrors' key, as the runtime sees it.
+MIRROR_KEY = fair_key(MIRROR)
+
+
+def overflow_slots(batch: int) -> int:
+    """Sequences past the planned batch that vLLM may run, so a sender with nothing running
+    starts at once while the batch is full (``runtime.fair_gate``): a quarter of the batch, at
+    least two (two quiet tenants often send at the same moment; a third waits for the next
+    slot, and goes first). vLLM's ``max_num_seqs`` is the batch plus these."""
+    return max(2, batch // 4)
 
 
 def custom_attributes(who: str) -> str:

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from contracts import fairness
 from contracts.compat import verify_tokenizer
 from contracts.manifests import BaseManifest, PromptFormat
 from contracts.settings import RuntimeSettings
@@ -35,10 +36,11 @@ from runtime.adapters import (
     default_schema,
     load_adapter,
 )
+from runtime.fair_gate import FairGate, GateTimeoutError
 from runtime.hardware import cpu_environment, device_name, require_cuda_where_gpus_are
 from runtime.merged import MergedModel, load_merged
 from runtime.registry import AdapterRecord, AdapterRegistry, CapacityError, delete_owned
-from runtime.request import EngineError, GenRequest
+from runtime.request import EngineError, GenParams, GenRequest
 from runtime.schemas import for_decoding
 from runtime.telemetry import (
     Telemetry,
@@ -102,11 +104,12 @@ def finish_reason(reason: str | None, stop_reason: int | str | None) -> str:
     return "stop"
 
 
-#: A sender counts as "about" (``Engine.share_cap``) this long after its last request: a quiet
-#: tenant sending one request after another keeps its reserved slots between them.
-RESERVE_WINDOW_S = 10.0
-#: Senders whose last admission the engine keeps (the most recent ones).
-SENDERS_SEEN = 256
+#: The warm-up's schema (``Engine._warm_up``): small, but it compiles the grammar path.
+WARM_UP_SCHEMA = {"type": "object", "properties": {"ready": {"type": "boolean"}}}
+
+#: Added to a shadow mirror's priority: vLLM schedules it after, and preempts it before, any
+#: caller's request (a caller's priority is its requests in the server, at most ``max_queue``).
+MIRROR_PRIORITY = 1_000_000
 
 
 class Engine:
@@ -120,11 +123,15 @@ class Engine:
         self._admitted = 0
         #: Requests in the server per sender (``contracts.fairness``): the fair queue's counts.
         self._inflight: collections.Counter[str] = collections.Counter()
-        #: Sequences each sender has in vLLM, the last time each sender was admitted, and the
-        #: condition a sender over its share waits on (``_take_slot``).
-        self._in_engine: collections.Counter[str] = collections.Counter()
-        self._seen: dict[str, float] = {}
-        self._slots = asyncio.Condition()
+        #: Who starts next in vLLM's batch (``runtime.fair_gate``); None under FCFS, where
+        #: vLLM's own queue decides.
+        self.gate: FairGate | None = None
+        if settings.scheduling_policy == "priority":
+            self.gate = FairGate(
+                settings.max_batch_size,
+                fairness.overflow_slots(settings.max_batch_size),
+                last=fairness.MIRROR_KEY,
+            )
         self._refresh: asyncio.Task | None = None
         #: transformers sets ``encode_special_tokens`` on the shared Rust tokenizer at every
         #: call, so two threads tokenizing at once could encode one user's text with another's
@@ -202,9 +209,37 @@ class Engine:
             "load_seconds": round(time.perf_counter() - t0, 3),
         }
         self.cuda = cuda
+        self.base_info["warm_up_seconds"] = await self._warm_up()
         self.telemetry.event("base_load", **self.base_info)
         self._stats = asyncio.create_task(self._log_stats())
         self.ready.set()
+
+    async def _warm_up(self) -> float:
+        """One sampled request under a small JSON schema before the copy says it is ready.
+
+        xgrammar's bitmask and the top-k/top-p sampler are Triton kernels compiled at first use
+        inside an engine step (``vllm/v1/structured_output/utils.py``): on a cold copy the first
+        caller's structured or sampled request would stall every running sequence for a second
+        or more. Paid here, it is paid before SageMaker routes anything to the copy."""
+        t0 = time.perf_counter()
+        req = GenRequest(
+            adapter=None,
+            input_ids=list(self.tokenizer("Is the server ready?")["input_ids"]),
+            params=GenParams(
+                max_new_tokens=4,
+                do_sample=True,
+                temperature=0.7,
+                top_p=0.9,
+                top_k=20,
+                seed=0,
+                json_schema=WARM_UP_SCHEMA,
+            ),
+            fair_key="warm-up",
+        )
+        self.admit(req)
+        async for _ in self.generate(req):
+            pass
+        return round(time.perf_counter() - t0, 3)
 
     async def _log_stats(self) -> None:
         """vLLM's periodic stats line (throughput, KV usage, prefix-cache hit rate, LoRA),
@@ -450,58 +485,27 @@ class Engine:
                 raise EngineError(404, f"adapter {req.adapter!r} is not registered") from None
         self._admitted += 1
         req.admitted = True
-        # Fair queuing by sender: vLLM (``scheduling_policy="priority"``) admits waiting
-        # requests by (priority, arrival), so a request whose sender has none in the server
-        # goes before the 20th of a flood that arrived earlier. Only the waiting queue is
-        # ordered: a running sequence is never preempted for priority alone.
-        req.priority = self._inflight[req.fair_key]
+        # Fair queuing by sender (``runtime.fair_gate``). The priority is also vLLM's order
+        # (``scheduling_policy="priority"``): which waiting request it schedules first, and
+        # which running one it preempts (the highest) when the KV cache runs short. Mirrors
+        # rank after every caller's request.
+        mirror = req.fair_key == fairness.MIRROR_KEY
+        req.priority = self._inflight[req.fair_key] + (MIRROR_PRIORITY if mirror else 0)
         self._inflight[req.fair_key] += 1
-        now = time.monotonic()
-        self._seen[req.fair_key] = now
-        if len(self._seen) > 4 * SENDERS_SEEN:
-            self._seen = dict(sorted(self._seen.items(), key=lambda kv: -kv[1])[:SENDERS_SEEN])
         self.telemetry.queue_depth.set(self._admitted)
 
-    def share_cap(self, key: str) -> int | None:
-        """The most sequences ``key`` may run while other senders are about, or None.
-
-        Priority orders only vLLM's waiting queue; a running sequence keeps its slot until it
-        ends (vLLM preempts for KV-cache blocks, not for priority). A flood that fills every
-        slot would still make a quiet sender's request wait for one of its sequences to end
-        (with 4 slots and 96-token answers, most of a second per request). So while another
-        sender has been admitted within ``RESERVE_WINDOW_S``, one sender runs at most
-        ``max_batch_size`` less a quarter of it; alone it may fill the batch.
-        """
-        s = self.settings
-        reserve = s.max_batch_size // 4
-        if s.scheduling_policy != "priority" or reserve == 0:
-            return None
-        now = time.monotonic()
-        for other, seen in self._seen.items():
-            if other != key and (self._inflight[other] > 0 or now - seen < RESERVE_WINDOW_S):
-                return s.max_batch_size - reserve
-        return None
-
     async def _take_slot(self, req: GenRequest, deadline: float) -> None:
-        """Wait (in the server, before vLLM) while the sender holds its share of the batch."""
-        key = req.fair_key
-        async with self._slots:
-            while (cap := self.share_cap(key)) is not None and self._in_engine[key] >= cap:
-                if time.perf_counter() > deadline:
-                    raise EngineError(504, "the request waited past its deadline for a slot")
-                # Woken when a sequence ends; the window's expiry is seen within a second.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._slots.wait(), 1.0)
-            self._in_engine[key] += 1
+        """Wait (in the server, before vLLM) for the fair gate to start the request."""
+        if self.gate is None:
+            return
+        try:
+            await self.gate.enter(req.fair_key, deadline - time.perf_counter())
+        except GateTimeoutError:
+            raise EngineError(504, "the request waited past its deadline for a slot") from None
 
-    async def _free_slot(self, key: str) -> None:
-        # Counted down before the lock: a cancellation while waiting for it cannot leak the
-        # slot (the waiters then see it within their one-second wake-up).
-        self._in_engine[key] -= 1
-        if self._in_engine[key] <= 0:
-            del self._in_engine[key]
-        async with self._slots:
-            self._slots.notify_all()
+    def _free_slot(self, key: str) -> None:
+        if self.gate is not None:
+            self.gate.leave(key)
 
     async def release(self, req: GenRequest) -> None:
         """Undo ``admit`` (once, whoever calls first: the generation's end, or the response
@@ -558,7 +562,7 @@ class Engine:
                 await stream.aclose()
                 if not finished:
                     await self._abort(request_id)
-                await self._free_slot(req.fair_key)
+                self._free_slot(req.fair_key)
                 if not hit:  # vLLM loaded it from disk, and may have evicted another
                     self._follow_tiers()
         finally:

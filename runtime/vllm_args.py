@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from contracts.fairness import overflow_slots
 from contracts.settings import RuntimeSettings, slot_rank
 from runtime.hardware import compute_capability
 
@@ -35,7 +36,9 @@ def engine_args(s: RuntimeSettings, *, cuda: bool) -> dict[str, Any]:
         "model": str(s.model_dir),
         "tokenizer": str(s.model_dir),
         "enable_lora": s.enable_lora,
-        "max_num_seqs": s.max_batch_size,
+        # The planned batch, plus the slots the fair gate gives a sender with nothing running
+        # while the batch is full (``runtime.fair_gate``); none under FCFS.
+        "max_num_seqs": max_num_seqs(s),
         "max_model_len": length,
         "max_num_batched_tokens": max(s.max_prefill_tokens, length),
         "dtype": pick_dtype(s.dtype, cuda=cuda),
@@ -68,6 +71,12 @@ def engine_args(s: RuntimeSettings, *, cuda: bool) -> dict[str, Any]:
     elif s.quantization == "fp8":
         args["quantization"] = "fp8"
     return args
+
+
+def max_num_seqs(s: RuntimeSettings) -> int:
+    if s.scheduling_policy != "priority":
+        return s.max_batch_size
+    return s.max_batch_size + overflow_slots(s.max_batch_size)
 
 
 def pick_dtype(setting: str, *, cuda: bool) -> str:
