@@ -53,6 +53,22 @@ def destroy_command(dep: Deployment) -> list[str]:
     ]
 
 
+def protected_stacks(cfn: Any, dep: Deployment) -> list[str]:
+    """The environment's stacks (``PREFIX-*``) that termination protection keeps. CloudFormation
+    refuses DeleteStack on them ("Protect CloudFormation stacks from being deleted", its user
+    guide), and a stack keeps the protection it was last deployed with: an environment file that
+    turned ``deletion_protection`` off reaches the stacks only with the next release.
+    DescribeStacks without a name lists the region's stacks, each with
+    ``EnableTerminationProtection`` (botocore's cloudformation model, shape ``Stack``)."""
+    head = f"{dep.env.prefix}-"
+    return sorted(
+        stack["StackName"]
+        for page in cfn.get_paginator("describe_stacks").paginate()
+        for stack in page["Stacks"]
+        if stack["StackName"].startswith(head) and stack.get("EnableTerminationProtection")
+    )
+
+
 def environment_groups(sm: Any, dep: Deployment) -> list[str]:
     """The model package groups named for this environment (``PREFIX-NAME``), the catalog's and
     any whose entry has left it since: ``make check`` refuses a prefix that begins with another
@@ -136,6 +152,17 @@ def teardown(
         bucket = aws.bucket  # the account from STS, checked against the environment's
     except AccountMismatchError as exc:
         raise TeardownError(str(exc)) from None
+    # Before anything is deleted: `cdk destroy` would stop at a protected stack after the
+    # versions below were gone.
+    protected = protected_stacks(aws.client("cloudformation"), dep)
+    if protected:
+        raise TeardownError(
+            f"termination protection is on for {', '.join(protected)}: the stacks keep the "
+            f"protection of the release that deployed them. Run make release ENV={env.name} "
+            "first (the environment file's deletion_protection: false then reaches them), or "
+            "turn it off by hand (aws cloudformation update-termination-protection "
+            "--no-enable-termination-protection --stack-name NAME); nothing was torn down"
+        )
     kept = archives_dir(archives, dep.base_key)
     log(f"[1/3] the catalog's adapter archives, kept in {kept}")
     save_archives(aws.client("s3"), dep, bucket, kept, log)

@@ -15,10 +15,10 @@ validated by botocore against AWS's model of the service before moto or a stub a
 
 The path: a checkout where ``make up`` already ran -> preflight and the first release ->
 approvals -> add an adapter -> remove one -> a canary release -> ``make destroy`` -> release
-again. It fails when any of the deploy review's first-day breakers is put back: placeholder
-availability zones or a nag acknowledgement that misses with an account (N1), a training bucket
-of another account (N2), a removed entry's group holding versions (N5), a teardown in the
-shell's region (N6).
+again. It fails when any first-day breaker is put back: placeholder
+availability zones or a nag acknowledgement that misses with an account, a training bucket
+of another account, a removed entry's group holding versions, a teardown in the shell's
+region.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class AccountTools(fakes.FakeTools):
     def _update(self, name: str, template: dict) -> None:
         """A stack update deletes what the new template no longer declares, unless its
         DeletionPolicy keeps it; a group that still holds versions cannot be deleted, and the
-        update then rolls back (what the deploy review's N5 found)."""
+        update then rolls back."""
         old = self._deployed_template(name)
         if old is None:
             return
@@ -286,6 +286,7 @@ def account(monkeypatch):
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_REGION", raising=False)
     fakes.strict_sagemaker(monkeypatch)
+    fakes.strict_cloudformation(monkeypatch)
     for ci in ("CI", "CODEBUILD_BUILD_ID"):
         monkeypatch.delenv(ci, raising=False)
     with mock_aws():
@@ -393,6 +394,19 @@ def _groups() -> set[str]:
     }
 
 
+def _versions() -> list[str]:
+    """Every model package version in the region's groups (a list call per group, as the
+    strict fake answers ListModelPackages only with ModelPackageType)."""
+    sm = boto3.client("sagemaker", region_name=REGION)
+    return sorted(
+        p["ModelPackageArn"]
+        for group in _groups()
+        for p in sm.list_model_packages(ModelPackageGroupName=group, ModelPackageType="Versioned")[
+            "ModelPackageSummaryList"
+        ]
+    )
+
+
 def test_the_first_day_as_configured_from_make_up_to_destroy_and_back(world) -> None:
     dep, tools, logs = world["dep"], world["tools"], world["logs"]
     # The dry run from a checkout where `make up` ran: nothing done, nothing trusted.
@@ -443,16 +457,33 @@ def test_the_first_day_as_configured_from_make_up_to_destroy_and_back(world) -> 
     assert world["release"]().run()["deploy"] == "ran"
 
     # Tear down in the environment's region, whatever the shell's is, and release again.
-    from ops.teardown import teardown
+    from ops.teardown import TeardownError, teardown
 
-    teardown(
-        AwsEnv(world["release"]().dep.env, boto3.Session()),
-        world["release"]().dep,
-        tools.run,
-        archives=world["archives"],
-        log=logs.append,
-    )
+    # A stack still protected (deployed while the file had deletion_protection on): refused
+    # before anything is deleted, since `cdk destroy` would stop at it with the versions gone.
     cfn = boto3.client("cloudformation", region_name=REGION)
+    cfn.update_termination_protection(
+        StackName="lora-dev-stateful", EnableTerminationProtection=True
+    )
+    versions = _versions()
+
+    def destroy() -> None:
+        dep = world["release"]().dep
+        teardown(
+            AwsEnv(dep.env, boto3.Session()),
+            dep,
+            tools.run,
+            archives=world["archives"],
+            log=logs.append,
+        )
+
+    with pytest.raises(TeardownError, match="lora-dev-stateful"):
+        destroy()
+    assert _versions() == versions and versions
+    cfn.update_termination_protection(
+        StackName="lora-dev-stateful", EnableTerminationProtection=False
+    )
+    destroy()
     left = [
         s["StackName"]
         for s in cfn.list_stacks()["StackSummaries"]
@@ -494,10 +525,9 @@ def _shadow_canary_release(world: dict, name: str) -> None:
         environments_dir=r.environments_dir,
         record_uri=False,
         kms_key=r._kms_key(),
-        describe_job=lambda job, region: {
-            **fakes.job_record(job, region),
-            "HyperParameters": {"adapter": name, "version": "9.0.0"},
-        },
+        describe_job=lambda job, region: fakes.job_record(
+            job, region, r.bucket, HyperParameters={"adapter": name, "version": "9.0.0"}
+        ),
         job_archive=lambda uri, adapter, region: sha256_file(archive),
         canary=True,
         registry=r.sm,

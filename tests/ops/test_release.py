@@ -169,6 +169,14 @@ class FakeTools(Tools):
 
         live = [s for s in backend.stacks.values() if s.status != "DELETE_COMPLETE"]
         for stack in [s for s in live if s.name.startswith(f"{prefix}-")]:
+            # CloudFormation refuses DeleteStack on a protected stack ("Protect CloudFormation
+            # stacks from being deleted", its user guide), and `cdk destroy` stops there.
+            (described,) = cfn.describe_stacks(StackName=stack.name)["Stacks"]
+            if described.get("EnableTerminationProtection"):
+                raise ReleaseError(
+                    f"{stack.name}: Stack [{stack.name}] cannot be deleted while "
+                    "TerminationProtection is enabled"
+                )
             for r in json.loads(stack.template).get("Resources", {}).values():
                 if r.get("DeletionPolicy", "Delete") != "Delete":
                     continue
@@ -235,7 +243,7 @@ class FakeTools(Tools):
         return f"s3://{self.release.bucket}/{key}"
 
     def training_job(self, name: str, region: str) -> dict:
-        return job_record(name, region)
+        return job_record(name, region, self.release.bucket)
 
     def job_archive(self, uri: str, adapter: str, region: str) -> str:
         """The archive the job "wrote": the one the test trained or put in the archives."""
@@ -300,19 +308,48 @@ def job_name(adapter: str) -> str:
     return f"lora-dev-{adapter}-job"
 
 
-def job_record(name: str, region: str) -> dict:
-    """What DescribeTrainingJob answers for the job that made ``make_archive``'s archive."""
+def job_record(name: str, region: str, bucket: str, **changes) -> dict:
+    """What DescribeTrainingJob answers for the job that made ``make_archive``'s archive: every
+    member botocore's ``DescribeTrainingJobResponse`` requires, the output in the environment's
+    own bucket, and parsed through a Stubber, which refuses a shape SageMaker would not send."""
+    from datetime import UTC, datetime
+
+    from botocore.stub import Stubber
+
     adapter = name.removeprefix("lora-dev-").removesuffix("-job")
     metrics = {"adapter_score": 60.0, "base_score": 10.0, "ci_low": 42.5, "publishable": 1.0}
-    return {
+    account = bucket.split("-artifacts-", 1)[1].split("-", 1)[0]
+    response = {
         "TrainingJobName": name,
+        "TrainingJobArn": f"arn:aws:sagemaker:{region}:{account}:training-job/{name}",
         "TrainingJobStatus": "Completed",
-        "ModelArtifacts": {"S3ModelArtifacts": f"s3://jobs/{name}/output/model.tar.gz"},
+        "SecondaryStatus": "Completed",
+        "AlgorithmSpecification": {
+            "TrainingImage": f"{account}.dkr.ecr.{region}.amazonaws.com/lora-dev-runtime:train",
+            "TrainingInputMode": "File",
+        },
+        "ResourceConfig": {
+            "InstanceType": "ml.g5.2xlarge",
+            "InstanceCount": 1,
+            "VolumeSizeInGB": 100,
+        },
+        "StoppingCondition": {"MaxRuntimeInSeconds": 14_400},
+        "CreationTime": datetime(2026, 12, 1, tzinfo=UTC),
+        "ModelArtifacts": {"S3ModelArtifacts": f"s3://{bucket}/jobs/{name}/output/model.tar.gz"},
         "HyperParameters": {"adapter": adapter, "version": "1.0.0"},
         "FinalMetricDataList": [
             {"MetricName": f"gate:{k}", "Value": v} for k, v in metrics.items()
         ],
+        **changes,
     }
+    sm = boto3.client(
+        "sagemaker", region_name=region, aws_access_key_id="x", aws_secret_access_key="x"
+    )
+    with Stubber(sm) as stub:
+        stub.add_response("describe_training_job", response, {"TrainingJobName": name})
+        described = sm.describe_training_job(TrainingJobName=name)
+    described.pop("ResponseMetadata", None)
+    return described
 
 
 def make_archive(directory: Path, name: str, dep) -> Path:
@@ -394,6 +431,31 @@ def _list_model_packages(real):
         return real(self)
 
     return list_model_packages
+
+
+def _update_termination_protection(self):
+    """UpdateTerminationProtection, which moto lacks (botocore serializes the call from AWS's
+    model): the stack's flag, as DescribeStacks then shows it."""
+    from moto.core.responses import ActionResult
+
+    stack = self.cloudformation_backend.get_stack(self._get_param("StackName"))
+    stack.enable_termination_protection = self._get_param("EnableTerminationProtection") in (
+        True,
+        "true",
+    )
+    return ActionResult({"StackId": stack.stack_id})
+
+
+def strict_cloudformation(monkeypatch) -> None:
+    """moto's CloudFormation with the call it lacks."""
+    from moto.cloudformation.responses import CloudFormationResponse
+
+    monkeypatch.setattr(
+        CloudFormationResponse,
+        "update_termination_protection",
+        _update_termination_protection,
+        raising=False,
+    )
 
 
 def strict_sagemaker(monkeypatch) -> None:
@@ -622,8 +684,10 @@ def test_an_archive_whose_job_recorded_a_failed_gate_is_not_published(setup, mon
     """The archive's manifest says publishable; SageMaker's record of its job says not."""
     first = setup["with_archive"][0]
 
+    described = setup["tools"].training_job
+
     def recorded(name: str, region: str) -> dict:
-        record = job_record(name, region)
+        record = described(name, region)
         if name == job_name(first):
             for m in record["FinalMetricDataList"]:
                 if m["MetricName"] == "gate:publishable":
@@ -753,7 +817,7 @@ def test_publish_registers_each_version_pending_with_its_evaluation_and_tuple(se
 
 
 def test_rewritten_customer_metadata_does_not_change_what_was_approved(setup) -> None:
-    """Deploy review r4, N8: a writer of customer metadata (the router's registry permission)
+    """A writer of customer metadata (the router's registry permission)
     that sets another archive_sha256 on an approved version does not make the release accept
     another archive, nor refuse the approved one."""
     released(setup)
@@ -879,10 +943,9 @@ def test_a_canary_must_be_published_and_approved_before_the_release_deploys_it(s
         environments_dir=r.environments_dir,
         record_uri=False,
         kms_key=r._kms_key(),
-        describe_job=lambda name, region: {
-            **job_record(name, region),
-            "HyperParameters": {"adapter": a.name, "version": "1.1.0"},
-        },
+        describe_job=lambda name, region: job_record(
+            name, region, r.bucket, HyperParameters={"adapter": a.name, "version": "1.1.0"}
+        ),
         job_archive=lambda uri, adapter, region: sha256_file(archive),
         canary=True,
         registry=r.sm,
@@ -951,7 +1014,7 @@ def add_entry(setup: dict) -> None:
 
 
 def test_adding_an_adapter_to_a_released_environment_releases_it_to_the_end(setup) -> None:
-    """Finding 6: the new entry's model package group is in no deployed template yet, and
+    """The new entry's model package group is in no deployed template yet, and
     CreateModelPackage never creates a group; the stacks step deploys the registry shards again
     before publish registers the new version."""
     released(setup)
@@ -978,7 +1041,7 @@ def test_adding_an_adapter_to_a_released_environment_releases_it_to_the_end(setu
     ],
 )
 def test_a_stuck_stack_state_names_its_remedy(setup, status, remedy) -> None:
-    """Finding 17: each state no deploy can go on from says what clears it."""
+    """Each state no deploy can go on from says what clears it."""
     from moto.cloudformation.models import cloudformation_backends
 
     release = setup["release"](dry_run=True)
@@ -996,7 +1059,7 @@ def test_a_stuck_stack_state_names_its_remedy(setup, status, remedy) -> None:
 
 
 def test_a_failed_first_create_of_a_protected_stack_names_turning_protection_off(setup) -> None:
-    """Stand-ins 3.2: lora-fleet-account, and staging's and prod's stateful stacks, are
+    """Lora-fleet-account, and staging's and prod's stateful stacks, are
     termination-protected; DeleteStack refuses them, so the remedy turns protection off first."""
     from moto.cloudformation.models import cloudformation_backends
 
@@ -1017,7 +1080,7 @@ def test_a_failed_first_create_of_a_protected_stack_names_turning_protection_off
 
 
 def test_an_external_image_is_looked_up_in_its_own_region_and_never_pushed(setup) -> None:
-    """Stand-ins 1.18: an image the catalog names by another account's address was looked up in
+    """An image the catalog names by another account's address was looked up in
     the environment's region, found missing, then built and pushed into a registry nobody of
     this environment owns."""
     seen: list[str] = []
@@ -1041,7 +1104,7 @@ def test_an_external_image_is_looked_up_in_its_own_region_and_never_pushed(setup
 
 
 def test_a_dry_run_goes_on_past_a_failed_preflight_and_lists_every_step(setup) -> None:
-    """The docs walk: a first dry run stopped at the preflight, so a new user learned one
+    """A first dry run stopped at the preflight, so a new user learned one
     problem at a time. A dry run changes nothing, so it lists the preflight's findings and then
     every step; a release still stops there."""
     setup["tools"].preflight = lambda *a, **k: ["the credentials are another account's"]
@@ -1052,7 +1115,7 @@ def test_a_dry_run_goes_on_past_a_failed_preflight_and_lists_every_step(setup) -
 
 
 def test_a_changed_runtime_under_a_pushed_tag_is_refused_naming_the_tag(setup, monkeypatch) -> None:
-    """Stand-ins 1.25: an immutable tag that exists is never pushed again, so a change to what
+    """An immutable tag that exists is never pushed again, so a change to what
     the image is built from, under the same tag, was silently never deployed."""
     from ops import release as module
 

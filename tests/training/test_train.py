@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM
 
 from config import load_catalog
 from contracts.manifests import AdapterManifest
+from tests.ops.test_release import job_record
 from training.package import PackageError, pack, read_manifest, sha256_file, write_manifest
 from training.publish import PublishError, check, publish
 from training.train import train
@@ -173,13 +174,13 @@ def _job(trained, **metrics) -> dict:
         "publishable": 1.0,
         **metrics,
     }
-    return {
-        "TrainingJobName": "lora-dev-pii-1",
-        "TrainingJobStatus": "Completed",
-        "ModelArtifacts": {"S3ModelArtifacts": "s3://b/lora-dev-pii-1/output/model.tar.gz"},
-        "HyperParameters": {"adapter": NAME, "version": trained.manifest.version},
-        "FinalMetricDataList": [{"MetricName": f"gate:{k}", "Value": v} for k, v in values.items()],
-    }
+    return job_record(
+        "lora-dev-pii-1",
+        "eu-west-1",
+        "lora-dev-artifacts-111122223333-eu-west-1",
+        HyperParameters={"adapter": NAME, "version": trained.manifest.version},
+        FinalMetricDataList=[{"MetricName": f"gate:{k}", "Value": v} for k, v in values.items()],
+    )
 
 
 def _as_job_output(trained, tmp_path: Path, ci_low: float = 0.25) -> Path:
@@ -305,7 +306,9 @@ def test_an_archive_that_is_not_the_jobs_own_output_is_refused(
             describe_job=lambda job, region: _job(trained, ci_low=0.25),
             job_archive=at,
         )
-    assert seen == ["s3://b/lora-dev-pii-1/output/model.tar.gz"]
+    assert seen == [
+        "s3://lora-dev-artifacts-111122223333-eu-west-1/jobs/lora-dev-pii-1/output/model.tar.gz"
+    ]
 
 
 def test_publish_refuses_a_base_mismatch(trained) -> None:
