@@ -177,7 +177,7 @@ def _capacity(dep: Deployment) -> tuple[list[str], list[str]]:
 
 
 def _account_warnings(dep: Deployment) -> list[str]:
-    """Deploy review r3, finding 13: an environment with no ``account`` synthesizes
+    """An environment with no ``account`` synthesizes
     account-agnostic stacks (AZs picked by name, quotas unknown). Warned here, where the shipped
     environment files are checked before anyone has an account; ``make preflight``, the first
     step of ``make release``, refuses it."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 #: Key prefixes in the artifact bucket; the SageMaker execution role reads only these.
 BASE_PREFIX = "base/"
@@ -95,6 +96,30 @@ def base_prefix(base_key: str, revision: str) -> str:
 
 def merged_prefix(name: str, version: str) -> str:
     return f"{MERGED_PREFIX}{name}/{version}/"
+
+
+def evaluation_key(name: str, version: str) -> str:
+    """An adapter version's evaluation report, beside its archive (the Model Registry's
+    ``ModelMetrics`` point at it)."""
+    return f"{ADAPTER_PREFIX}{name}/{version}/evaluation.json"
+
+
+def encrypted(kms_key: str | None) -> dict[str, str]:
+    """The arguments of every write into an environment's bucket: SSE-KMS, with the
+    environment's key where it is known (its bucket policy refuses other writes)."""
+    return {"ServerSideEncryption": "aws:kms", **({"SSEKMSKeyId": kms_key} if kms_key else {})}
+
+
+def put_encrypted(
+    s3: Any, bucket: str, key: str, body: Any, kms_key: str | None, **extra: Any
+) -> None:
+    """PutObject, encrypted with the environment's key."""
+    s3.put_object(Bucket=bucket, Key=key, Body=body, **encrypted(kms_key), **extra)
+
+
+def upload_encrypted(s3: Any, path: Path, bucket: str, key: str, kms_key: str | None) -> None:
+    """A file (multipart when large: boto3's transfer manager), encrypted with the key."""
+    s3.upload_file(str(path), bucket, key, ExtraArgs=encrypted(kms_key))
 
 
 def archives_dir(root: Path, base_key: str) -> Path:

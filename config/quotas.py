@@ -5,7 +5,7 @@ A new account's quota for most GPU instance types is 0 ("The account-level servi
 'ml.g5.xlarge for endpoint usage' is 0 Instances", the ResourceLimitExceeded a first
 CreateEndpoint meets), and a rolling update of the base component provisions its new batch
 before it retires the old copies, so an environment needs its whole ``max_instance_count``
-(deploy review r3, finding 2). ``make check`` prints the table; ``make preflight`` compares it
+. ``make check`` prints the table; ``make preflight`` compares it
 with Service Quotas. Environments that name no account are counted together, as if they shared
 one: the safe assumption until each names its own.
 """

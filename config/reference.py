@@ -8,7 +8,8 @@ the answer at that field (what the loader prints after the file and entry name).
 across fields and files that ``make check`` also runs (a rank above the base's limit, a dataset
 file's rows, a schema file) name their entry in the same way; docs/add-an-adapter.md lists them.
 
-``tests/docs/test_docs.py`` fails when ``docs/catalog-reference.md`` differs from this output.
+``tests/docs/test_docs.py`` fails when ``docs/catalog-reference.md`` differs from this output, or
+the error table of ``docs/router.md`` from the router's error catalogue (``contracts.errors``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from config.schema import AdapterEntry, BaseModelEntry, Catalog, Environment
+from contracts import errors
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "catalog-reference.md"
 
@@ -238,15 +240,34 @@ def render() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+#: The router's page, whose error table is the error catalogue (``contracts.errors``), between
+#: these two markers.
+ROUTER_DOC = OUT.with_name("router.md")
+ERRORS_BEGIN, ERRORS_END = "<!-- errors: generated -->", "<!-- errors: end -->"
+
+
+def router_doc() -> str:
+    """docs/router.md with its error table as the catalogue writes it."""
+    text = ROUTER_DOC.read_text()
+    head, _, rest = text.partition(ERRORS_BEGIN)
+    _, _, tail = rest.partition(ERRORS_END)
+    return f"{head}{ERRORS_BEGIN}\n{errors.markdown_table()}\n{ERRORS_END}{tail}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m config.reference", description=__doc__)
-    ap.add_argument("--write", action="store_true", help=f"write {OUT.name} instead of printing")
+    ap.add_argument(
+        "--write",
+        action="store_true",
+        help=f"write {OUT.name} and the error table of {ROUTER_DOC.name} instead of printing",
+    )
     args = ap.parse_args(argv)
     text = render()
     if args.write:
         OUT.parent.mkdir(parents=True, exist_ok=True)
         OUT.write_text(text)
-        print(f"wrote {OUT}")
+        ROUTER_DOC.write_text(router_doc())
+        print(f"wrote {OUT} and {ROUTER_DOC}")
     else:
         sys.stdout.write(text)
     return 0

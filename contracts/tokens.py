@@ -5,7 +5,7 @@ it, and the router ships no tokenizer (the Lambda zip stays small, and one route
 base whose tokenizer lives in the container). The estimate must therefore not be one a tenant
 can beat by choosing its text: UTF-8 bytes / 4, the rule of thumb for English, undercounted
 digits (Qwen and SmolLM2 give each digit a token of its own), emoji, CJK and combining marks
-by up to 4x (router attack r4, D4, measured with the SmolLM2 tokenizer).
+by up to 4x (measured with the SmolLM2 tokenizer).
 
 So each class of characters is charged at or above what a byte-level BPE tokenizer (Qwen's,
 SmolLM2's, Llama 3's) can spend on it, on any text:
@@ -31,7 +31,7 @@ import re
 
 #: Tokens a chat template spends around each message: ChatML's ``<|im_start|>``, the role, a
 #: newline, ``<|im_end|>`` and a newline; Llama 3's header tokens likewise (5 to 7). Measured
-#: in attack r4 (D5): 64 one-character messages made 441 prompt tokens with SmolLM2's template,
+#: with SmolLM2's template: 64 one-character messages made 441 prompt tokens,
 #: about 6.9 per message.
 MESSAGE_OVERHEAD = 8
 

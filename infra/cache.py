@@ -85,7 +85,7 @@ class ResponseCacheCluster(Construct):
             kms_key_id=key.key_arn,
             # TransitEncryptionMode stays unset: with TransitEncryptionEnabled it is "required"
             # already, and CreateReplicationGroup's text makes "required" a two-step change
-            # (preferred first), which a create cannot take (deploy review r3, finding 14).
+            # (preferred first), which a create cannot take.
             transit_encryption_enabled=True,
             auth_token=self.secret.secret_value.unsafe_unwrap(),  # a {{resolve:...}} reference
             auto_minor_version_upgrade=True,

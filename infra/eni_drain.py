@@ -1,7 +1,7 @@
 """A custom resource that, when its stack deletes, waits until SageMaker has removed the
-endpoint's network interfaces (deploy review r3, finding 5; the handlers' docstring has AWS's
-words). Built on aws-cdk-lib's provider framework (``custom_resources.Provider``), whose waiter
-state machine polls ``is_complete`` for longer than one Lambda invocation may run.
+endpoint's network interfaces (the handlers' docstring has AWS's words). Built on aws-cdk-lib's
+provider framework (``custom_resources.Provider``), whose waiter state machine polls
+``is_complete`` for longer than one Lambda invocation may run.
 
 Its place in the deletion order is the caller's to set: the resource depends on what must
 outlive the interfaces (the execution role and its policy), and the endpoint depends on it.

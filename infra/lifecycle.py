@@ -20,8 +20,7 @@ def removal_policy(env: Environment) -> RemovalPolicy:
     operation that created the resource is rolled back, CloudFormation deletes the resource"
     (CDK's ``CfnDeletionPolicy.RETAIN_EXCEPT_ON_CREATE``). With ``Retain`` a failed first create
     (a GPU quota, a health-check timeout) keeps the bucket, the repository, the named log groups
-    and the model package groups, and the retry then fails on "already exists" (deploy review
-    r3, finding 1)."""
+    and the model package groups, and the retry then fails on "already exists"."""
     return (
         RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE
         if env.deletion_protection
@@ -32,7 +31,7 @@ def removal_policy(env: Environment) -> RemovalPolicy:
 def share_removal(scope: Construct, policy: RemovalPolicy) -> None:
     """The policy of a kept key or bucket for what only means something beside it: a key's
     alias and a bucket's policy (its TLS-only rule). A teardown with protection lifted would
-    otherwise delete them and leave the retained bucket without its policy (finding 11)."""
+    otherwise delete them and leave the retained bucket without its policy."""
     for child in scope.node.find_all():
         if isinstance(child, CfnResource) and child.cfn_resource_type in (
             "AWS::KMS::Alias",

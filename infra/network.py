@@ -15,8 +15,8 @@ from infra.nag import acknowledge, checkov_skip
 from infra.registry import canary_groups
 
 #: Interface endpoints, each with who calls it from inside the VPC; an endpoint nobody in the
-#: VPC calls costs an ENI-hour per AZ for nothing (deploy review r3, finding 15: sagemaker.api
-#: and sts had no caller: the router assumes no role and calls no control-plane API, and the
+#: VPC calls costs an ENI-hour per AZ for nothing (sagemaker.api and sts
+#: had no caller: the router assumes no role and calls no control-plane API, and the
 #: endpoint's containers run network-isolated). The caller of each is tested
 #: (tests/infra/test_network.py).
 INTERFACE_ENDPOINTS = {

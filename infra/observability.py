@@ -22,10 +22,10 @@ from aws_cdk import aws_sns_subscriptions as sns_subs
 from constructs import Construct
 
 from config import Deployment, layout
+from contracts.metrics import NAMESPACE
 from infra.lifecycle import removal_policy
 from infra.serving import base_log_groups
 
-NAMESPACE = "LoraFleet"
 PERIOD = Duration.minutes(5)
 
 

@@ -284,7 +284,7 @@ class PipelineStack(Stack):
                     "ecr:DescribeImages",
                     "ecr:BatchGetImage",
                     # The image step asks whether the repository exists first (release.py
-                    # repository_exists); no other ECR action grants it (deploy review r3, 3).
+                    # repository_exists); no other ECR action grants it.
                     "ecr:DescribeRepositories",
                 ],
                 resources=[arn("ecr", "repository", repository)],
@@ -293,7 +293,7 @@ class PipelineStack(Stack):
             # None has a resource-level form (Service Authorization Reference). SageMaker's
             # guide, "Amazon SageMaker API Permissions": "Except for the ListTags API,
             # resource-level restrictions are not available on List- calls", so a
-            # ListModelPackages granted on group ARNs is denied (outside review, #38).
+            # ListModelPackages granted on group ARNs is denied.
             iam.PolicyStatement(
                 actions=[
                     "ecr:GetAuthorizationToken",
@@ -484,7 +484,7 @@ def refuse_cross_account(config: PipelineConfig, dep: Deployment) -> None:
     """The pipeline deploys into its own account only. Its release step runs as a role of the
     pipeline's account, and another account's S3, ECR, CloudFormation and Model Registry cannot
     be reached through an identity policy alone; CDK Pipelines' cross-account stages would also
-    need artifact keys that account can use (deploy review r3, finding 3). Refused here, at
+    need artifact keys that account can use. Refused here, at
     synth, rather than failing halfway through the first run; deploy other accounts with
     ``make release`` and their own credentials."""
     if dep.env.account is None or dep.env.account == config.account:

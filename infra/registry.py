@@ -5,7 +5,7 @@ registers every version with its gate's evaluation and compatibility tuple, and
 In registry shard stacks (``PREFIX-registry-NN``), deployed with the stateful ones: a group
 holds release evidence, which outlives every redeploy of the serving stacks, and one group per
 adapter in one stack passed CloudFormation's 500 resources at about 490 adapters (1,000 gave
-``TooManyResourcesInStack``: deploy review r3, item 1). The groups are sharded exactly as the
+``TooManyResourcesInStack``). The groups are sharded exactly as the
 adapter components are (``infra.adapters.shard_of``, a function of the adapter's own name), so
 adding adapters never moves a group between stacks, which would delete and recreate it. They
 stay in CloudFormation rather than being created by ``training.publish`` so that a release's

@@ -28,6 +28,8 @@ from constructs import Construct
 
 from config import Deployment, layout
 from config.processes import router_settings
+from contracts.api import ROUTES
+from contracts.metrics import NAMESPACE
 from contracts.registry import SHADOW_STAGE, SHADOW_STATUS, SHADOW_TAG
 from infra.bundle import router_bundle
 from infra.lifecycle import removal_policy, retention
@@ -181,11 +183,11 @@ class Router(Construct):
                 "AWS_LWA_READINESS_CHECK_PATH": "/_lwa/ready",
                 # The service dimension of every metric, per environment (config.layout).
                 "POWERTOOLS_SERVICE_NAME": layout.router_service(dep.env.prefix),
-                "POWERTOOLS_METRICS_NAMESPACE": "LoraFleet",
+                "POWERTOOLS_METRICS_NAMESPACE": NAMESPACE,
                 "POWERTOOLS_LOG_LEVEL": "INFO",
-                "REDIS_URL": cache_url,
-                "REDIS_SECRET_ARN": cache_secret_arn,
-                **router_settings(dep).to_env(),
+                **router_settings(dep)
+                .model_copy(update={"redis_url": cache_url, "redis_secret_arn": cache_secret_arn})
+                .to_env(),
             },
         )
         self.function.node.add_dependency(
@@ -262,7 +264,7 @@ class Router(Construct):
         # kept forever, outside every template ("API Gateway automatically creates and manages
         # a CloudWatch Logs log group ... named API-Gateway-Execution-Logs_{rest-api-id}/
         # {stage_name}": developer guide, set-up-logging). Declared here first, with the key,
-        # the retention and the removal policy of every other group (deploy review r3, 10).
+        # the retention and the removal policy of every other group.
         self.execution_logs = self._log_group(
             "ExecutionLogs", f"API-Gateway-Execution-Logs_{self.api.rest_api_id}/{STAGE}"
         )
@@ -287,26 +289,23 @@ class Router(Construct):
             timeout=Duration.seconds(r.gateway_timeout_s),
             response_transfer_mode=apigw.ResponseTransferMode.STREAM,
         )
-        self.api.root.add_resource("health").add_method(
-            "GET", integration, request_validator=validator
-        )
-        v1 = self.api.root.add_resource("v1")
-        adapters = v1.add_resource("adapters")
-        adapters.add_method("GET", integration, request_validator=validator)
-        # The OpenAI-compatible routes (lambda_proxy/openai_api.py validates their bodies and
-        # answers in OpenAI's error format, which a gateway model's 400 would not).
-        v1.add_resource("chat").add_resource("completions").add_method(
-            "POST", integration, request_validator=validator
-        )
-        v1.add_resource("completions").add_method("POST", integration, request_validator=validator)
-        v1.add_resource("models").add_method("GET", integration, request_validator=validator)
-        adapters.add_resource("{adapter}").add_resource("generate").add_method(
-            "POST",
-            integration,
-            request_validator=validator,
-            request_models={"application/json": model},
-            request_parameters={"method.request.path.adapter": True},
-        )
+        # Every route of contracts.api, one resource per path segment. The OpenAI door
+        # validates its own bodies (lambda_proxy/openai_api.py answers in OpenAI's error
+        # format, which a gateway model's 400 would not).
+        resources: dict[tuple[str, ...], apigw.IResource] = {(): self.api.root}
+        for route in ROUTES:
+            for depth in range(1, len(route.segments) + 1):
+                path = route.segments[:depth]
+                if path not in resources:
+                    resources[path] = resources[path[:-1]].add_resource(path[-1])
+            options: dict = {"request_validator": validator}
+            if route.gateway_model:
+                options["request_models"] = {"application/json": model}
+            if route.parameters:
+                options["request_parameters"] = {
+                    f"method.request.path.{name}": True for name in route.parameters
+                }
+            resources[route.segments].add_method(route.method, integration, **options)
         self.url = self.api.url_for_path("/")
 
     def _acknowledge_api(self) -> None:
@@ -480,7 +479,7 @@ def invoke_policies(scope: Construct, stack: Stack, dep: Deployment) -> list[iam
                 # component (optional: Service Authorization Reference), so the endpoint's ARN
                 # alone may admit a call naming the base component, which would serve without
                 # an adapter's prompt or artifact binding. An explicit Deny settles it
-                # (deploy review r3, finding 16).
+                # .
                 iam.PolicyStatement(
                     sid="NeverTheBaseComponent",
                     effect=iam.Effect.DENY,
@@ -505,7 +504,7 @@ def invoke_policies(scope: Construct, stack: Stack, dep: Deployment) -> list[iam
 #: Shadow canaries' groups listed by name in the registry policy; past this many, the
 #: environment's groups by its prefix. Two statements name each group (about 110 characters an
 #: ARN at SageMaker's 63-character names): 15 stay well inside IAM's 6,144-character managed
-#: policy (IAM user guide, "IAM and AWS STS quotas"; an outside review counted 21 at most).
+#: policy (IAM user guide, "IAM and AWS STS quotas").
 GROUPS_PER_POLICY = 15
 
 

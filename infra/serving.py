@@ -309,11 +309,12 @@ class Serving(Construct):
         )
 
     def _drain(self, security_group: ec2.ISecurityGroup, key: kms.IKey) -> None:
-        """Deletion order: endpoint, then the wait for its ENIs, then the execution role (deploy
-        review r3, finding 5). CloudFormation deletes a resource before what it depends on, so
-        the drain depends on the role and its policy, and the endpoint on the drain. The router's
-        Lambda needs none: CloudFormation itself "waits for Lambda to delete [the function's
-        network interfaces] before proceeding" (AWS::Lambda::Function VpcConfig reference)."""
+        """Deletion order: endpoint, then the wait for its ENIs, then the execution role: SageMaker
+        removes the endpoint's ENIs after DeleteEndpoint returns. CloudFormation deletes a resource
+        before what it depends on, so the drain depends on the role and its policy, and the endpoint
+        on the drain. The router's Lambda needs none: CloudFormation itself "waits for Lambda to
+        delete [the function's network interfaces] before proceeding" (AWS::Lambda::Function
+        VpcConfig reference)."""
         self.drain = EniDrain(
             self,
             "EniDrain",
@@ -620,10 +621,9 @@ def execution_policy(
             # sagemaker-roles.md in awsdocs/amazon-sagemaker-developer-guide): logs
             # CreateLogGroup, CreateLogStream, PutLogEvents and DescribeLogStreams, and
             # cloudwatch:PutMetricData. A hosting agent that is refused one of them (AccessDenied,
-            # not AlreadyExists) drops the containers' logs or metrics silently (deploy review
-            # r3, finding 9). Scoped to the two groups the stack creates (encrypted, with
-            # retention) before any component runs: CreateLogGroup on them answers
-            # ResourceAlreadyExists, as the agent expects.
+            # not AlreadyExists) drops the containers' logs or metrics silently. Scoped to the
+            # two groups the stack creates (encrypted, with retention) before any component
+            # runs: CreateLogGroup on them answers ResourceAlreadyExists, as the agent expects.
             iam.PolicyStatement(
                 sid="ContainerLogs",
                 actions=[

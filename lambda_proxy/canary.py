@@ -1,4 +1,4 @@
-"""CanaryRoute routing: which version of an adapter serves a request, and the router's own rollback.
+"""Canary routing: which version of an adapter serves a request, and the router's own rollback.
 
 A catalog entry's ``canary`` is a second version with an adapter component of its own; the
 stable component is never touched while it runs. The router sends it ``weight`` percent of
@@ -41,6 +41,7 @@ from typing import Any, Literal
 import redis
 
 from contracts.routing import CanaryRoute
+from lambda_proxy.keys import CanaryKeys
 from lambda_proxy.quota import BREAKER_S
 
 #: A canary's switches set by a decision: rolled back, promoted to its split, promotion held.
@@ -236,7 +237,7 @@ class Canaries:
 
     @staticmethod
     def base(adapter: str, canary: CanaryRoute) -> str:
-        return f"lora:canary:v1:{adapter}:{canary.version}"
+        return CanaryKeys.of(adapter, canary.version).base
 
     def settle(
         self, adapter: str, canary: CanaryRoute, switch: Switch, evidence: str
@@ -254,7 +255,7 @@ class Canaries:
             return self.fallback.settle(base, switch)
         if time.monotonic() >= self._skip_until:
             try:
-                done = bool(self._client.set(f"{base}:{switch}", evidence, nx=True))
+                done = bool(self._client.set(CanaryKeys(base).switch(switch), evidence, nx=True))
             except redis.RedisError:
                 self._skip_until = time.monotonic() + BREAKER_S
             else:
@@ -274,10 +275,6 @@ class Canaries:
             self._skip_until = time.monotonic() + BREAKER_S
             return None
 
-    def choose(self, adapter: str, canary: CanaryRoute, tenant: str, session: str | None) -> bool:
-        """Whether this request goes to the canary (see ``route``)."""
-        return self.route(adapter, canary, tenant, session) is Choice.CANARY
-
     def route(
         self,
         adapter: str,
@@ -291,11 +288,12 @@ class Canaries:
         other's assignment. ``recorded``: the canary's decisions are recorded in the Model
         Registry, so ``UNREAD`` until they are read back (``mark_read``)."""
         base = self.base(adapter, canary)
-        key = None if session is None else f"{base}:s:{_digest(tenant, session)}"
-        split = f"{base}:split" if canary.shadow is not None else ""
+        k = CanaryKeys(base)
+        key = None if session is None else k.session(_digest(tenant, session))
+        split = k.split if canary.shadow is not None else ""
         got = self._redis(
             self._choose,
-            [f"{base}:off", key or "", f"{base}:n", split, f"{base}:read" if recorded else ""],
+            [k.off, key or "", k.draws, split, k.read if recorded else ""],
             [canary.weight, SESSION_TTL_S],
         )
         if got is None:
@@ -311,7 +309,7 @@ class Canaries:
             self._restore(base, "split", "promoted before the cache lost its switch")
             again = self._redis(
                 self._choose,
-                [f"{base}:off", key or "", f"{base}:n", split, ""],
+                [k.off, key or "", k.draws, split, ""],
                 [canary.weight, SESSION_TTL_S],
             )
             return (
@@ -327,7 +325,7 @@ class Canaries:
         if self._client is None or time.monotonic() < self._skip_until:
             return
         try:
-            self._client.set(f"{base}:{switch}", evidence, nx=True)
+            self._client.set(CanaryKeys(base).switch(switch), evidence, nx=True)
         except redis.RedisError:
             self._skip_until = time.monotonic() + BREAKER_S
 
@@ -337,7 +335,7 @@ class Canaries:
         if self._choose is None:
             return
         try:
-            self._client.set(f"{self.base(adapter, canary)}:read", "1", ex=ttl_s)
+            self._client.set(CanaryKeys.of(adapter, canary.version).read, "1", ex=ttl_s)
         except redis.RedisError:
             self._skip_until = time.monotonic() + BREAKER_S
 
@@ -361,11 +359,11 @@ class Canaries:
         sent it (the tenant), so that failures are also counted per distinct caller."""
         now = time.time() if now is None else now
         base = self.base(adapter, canary)
-        window = f"{base}:w:{int(now // canary.window_s)}"
+        k, index = CanaryKeys(base), int(now // canary.window_s)
         who = _digest(base, caller)
         got = self._redis(
             self._record,
-            [window, f"{base}:off", f"{window}:callers"],
+            [k.window(index), k.off, k.window_callers(index)],
             [
                 int(failed),
                 repr(canary.max_error_rate),
@@ -376,6 +374,6 @@ class Canaries:
             ],
         )
         if got is None:
-            return self.fallback.record(base, window, canary, failed, who)
+            return self.fallback.record(base, k.window(index), canary, failed, who)
         req, err, tripped, callers = (int(x) for x in got)
         return Outcome(req, err, tripped == 1, callers)

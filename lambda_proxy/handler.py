@@ -1,8 +1,8 @@
 """The router's native door: API Gateway REST (AWS_IAM) events, through Powertools' resolver.
 
-Routes: POST /v1/adapters/{adapter}/generate, GET /v1/adapters, GET /health; the OpenAI routes
-(``openai_api``) are included. An adapter name maps to an inference-component name only
-through the routing table generated at synth; nothing in the body can name a component. The
+Routes: the native door's of ``contracts.api.ROUTES`` (generate, the adapters, health); the
+OpenAI door's (``openai_api``) are included. An adapter name maps to an inference-component
+name only through the routing table generated at synth; nothing in the body can name one. The
 service (``lambda_proxy.service``) decides; this module turns an event into a ``Call`` and a
 ``RouterError`` into the native error body, in ``refused`` and nowhere else.
 """
@@ -16,6 +16,7 @@ from typing import Any
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.metrics import MetricUnit
 
+from contracts.api import door_routes
 from lambda_proxy import service
 from lambda_proxy.openai_api import router as openai_router
 from lambda_proxy.service import Call, RouterError
@@ -57,17 +58,14 @@ def _json(body: dict[str, Any]) -> Response:
     )
 
 
-@app.get("/health")
 def health() -> Response:
     return _json(service.health(_call()))
 
 
-@app.get("/v1/adapters")
 def list_adapters() -> Response:
     return _json({"adapters": service.visible_adapters(_call())})
 
 
-@app.post("/v1/adapters/<adapter>/generate")
 def generate(adapter: str) -> Response:
     t0 = time.perf_counter()
     call = _call()
@@ -81,6 +79,10 @@ def generate(adapter: str) -> Response:
             code="StreamingUnavailable",
         )
     return _json(service.serve(call, adapter, caller, route, req, t0))
+
+
+for _route in door_routes("native"):
+    app.route(_route.powertools_path, method=_route.method)(globals()[_route.name])
 
 
 def _shape_error(event: Any) -> str | None:

@@ -23,6 +23,8 @@ from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from contracts import errors
+from contracts.api import door_routes
 from contracts.requests import Text
 from contracts.routing import Route
 from lambda_proxy import service
@@ -31,15 +33,6 @@ from lambda_proxy.schema import GenerateRequest
 from lambda_proxy.service import Call, RouterError
 
 router = Router()
-
-_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "invalid_request_error",
-    429: "rate_limit_error",
-}
 
 
 class JsonSchemaFormat(BaseModel):
@@ -97,7 +90,7 @@ class CompletionRequest(_OpenAIRequest):
 
 
 def error_type(status: int) -> str:
-    return _TYPES.get(status, "api_error")
+    return errors.openai_type(status)
 
 
 def error_body(exc: RouterError) -> dict[str, Any]:
@@ -150,15 +143,23 @@ def parse(call: Call, kind: type[_OpenAIRequest]) -> _OpenAIRequest:
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
         param = ".".join(map(str, first["loc"])) or None
-        raise RouterError(400, f"{param}: {first['msg']}", param=param) from None
+        raise RouterError(
+            400, f"{param}: {first['msg']}", code="InvalidRequest", param=param
+        ) from None
     unknown = sorted(set(req.stream_options or {}) - {"include_usage"})
     if unknown:
-        raise RouterError(400, f"stream_options: unknown options {unknown}", param="stream_options")
+        raise RouterError(
+            400,
+            f"stream_options: unknown options {unknown}",
+            code="InvalidRequest",
+            param="stream_options",
+        )
     both = req.max_tokens is not None and req.max_completion_tokens is not None
     if both and req.max_tokens != req.max_completion_tokens:
         raise RouterError(
             400,
             "max_tokens and max_completion_tokens disagree; send one of them",
+            code="InvalidRequest",
             param="max_completion_tokens",
         )
     return req
@@ -175,6 +176,7 @@ def prompt_of(req: _OpenAIRequest) -> dict[str, Any]:
                 400,
                 f"messages.{i}: fields this platform does not honour: "
                 f"{', '.join(map(str, extra))[:200]}",
+                code="InvalidRequest",
                 param=f"messages.{i}",
             )
         role, content = m.get("role"), m.get("content")
@@ -182,6 +184,7 @@ def prompt_of(req: _OpenAIRequest) -> dict[str, Any]:
             raise RouterError(
                 400,
                 f"messages.{i}: role must be system, user or assistant and content a string",
+                code="InvalidRequest",
                 param=f"messages.{i}",
             )
         messages.append({"role": role, "content": content})
@@ -204,7 +207,9 @@ def _native(req: _OpenAIRequest, prompt: dict[str, Any]) -> dict[str, Any]:
         try:
             schema = req.response_format.schema_for_decoding()
         except ValueError as exc:
-            raise RouterError(400, str(exc), param="response_format") from None
+            raise RouterError(
+                400, str(exc), code="InvalidRequest", param="response_format"
+            ) from None
         if schema is not None:
             params["json_schema"] = schema
     return {**prompt, "parameters": params}
@@ -234,7 +239,10 @@ def _run(call: Call, req: _OpenAIRequest, prompt: dict[str, Any]) -> dict[str, A
     if req.stream:
         # The function's web app (lambda_proxy.web) streams before this handler sees a request.
         raise RouterError(
-            400, "stream: true needs the streaming router (lambda_proxy.web)", param="stream"
+            400,
+            "stream: true needs the streaming router (lambda_proxy.web)",
+            code="StreamingUnavailable",
+            param="stream",
         )
     caller, route, native = authorize(call, req, prompt)
     return service.serve(
@@ -281,7 +289,6 @@ def _ok(body: dict[str, Any]) -> Response:
     )
 
 
-@router.post("/v1/chat/completions")
 @door
 def chat_completions() -> Response:
     call = _call()
@@ -296,7 +303,6 @@ def chat_completions() -> Response:
     return _completion("chatcmpl", "chat.completion", req.model, out, choice)
 
 
-@router.post("/v1/completions")
 @door
 def completions() -> Response:
     call = _call()
@@ -311,7 +317,6 @@ def completions() -> Response:
     return _completion("cmpl", "text_completion", req.model, out, choice)
 
 
-@router.get("/v1/models")
 @door
 def models() -> Response:
     adapters = service.visible_adapters(_call())
@@ -328,3 +333,7 @@ def models() -> Response:
         for a in adapters
     ]
     return _ok({"object": "list", "data": data})
+
+
+for _route in door_routes("openai"):
+    router.route(_route.powertools_path, method=_route.method)(globals()[_route.name])

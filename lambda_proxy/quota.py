@@ -30,6 +30,7 @@ import redis
 
 from contracts.routing import QuotaLimits
 from contracts.tokens import chat_tokens_bound
+from lambda_proxy import keys
 
 #: The limits are per minute; a bucket refills its capacity over this many seconds.
 WINDOW_S = 60
@@ -220,7 +221,7 @@ class Quotas:
                     name = f"{'requests' if kind == 'req' else 'tokens'} per minute" + (
                         "" if scope == "*" else f" on {adapter}"
                     )
-                    key = f"lora:quota:v2:{tenant}:{scope}:{kind}"
+                    key = keys.quota_bucket(tenant, scope, kind)
                     out.append(_Bucket(key, int(limit), int(cost), f"{limit} {name}"))
         return out
 

@@ -35,23 +35,19 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
+from contracts import errors
+
 T = TypeVar("T")
 
-#: Error codes that prove the container never saw the request.
-RETRYABLE_CODES = frozenset({"ThrottlingException", "ThrottledException"})
+#: Error codes the client sends again itself: they prove the container never saw the request.
+RETRYABLE_CODES = errors.RETRYABLE
 MAX_ATTEMPTS = 3
 CONNECT_TIMEOUT_S = 2.0
 
-#: Client text per SageMaker error code (the detail is logged, never answered).
+#: Client text per SageMaker error code (the detail is logged, never answered), from the
+#: router's error catalogue (``contracts.errors``).
 _ERRORS: dict[str, tuple[int, str]] = {
-    "ModelError": (502, "the model container returned an error"),
-    "ValidationError": (400, "the request was rejected by SageMaker"),
-    "ModelNotReadyException": (503, "the adapter is not ready yet; retry shortly"),
-    "ThrottlingException": (429, "too many requests; slow down"),
-    "ServiceUnavailable": (503, "SageMaker is temporarily unavailable"),
-    "InternalFailure": (502, "SageMaker failed to process the request"),
-    "InternalDependencyException": (502, "SageMaker failed to process the request"),
-    "ModelStreamError": (502, "the model stream failed"),
+    code: (errors.spec(code).status, errors.spec(code).message) for code in errors.SAGEMAKER_CODES
 }
 
 
@@ -62,12 +58,7 @@ _ERRORS: dict[str, tuple[int, str]] = {
 #: other status (a 404 or 424 for an adapter the container could not load is a deployment
 #: fault, not the caller's) is a 502, which the router's 5xx alarm sees.
 _CONTAINER_STATUSES: dict[int, str] = {
-    400: "the model container refused the request as invalid",
-    408: "the model container timed out reading the request",
-    413: "the request is too large for the model (prompt plus max_new_tokens)",
-    422: "the model container could not process the request",
-    429: "the model container is at capacity; retry shortly",
-    503: "the model container is busy; retry shortly",
+    status: text for status, (text, _) in errors.CONTAINER_STATUSES.items()
 }
 
 
@@ -81,9 +72,7 @@ TIMEOUT = "Timeout"
 
 #: Failures that prove no generation started, so a client may send the request again: no
 #: connection, SageMaker's throttling, a component not ready, SageMaker unavailable.
-NOT_STARTED = frozenset(
-    {UNREACHABLE, "ThrottlingException", "ModelNotReadyException", "ServiceUnavailable"}
-)
+NOT_STARTED = errors.NOT_STARTED
 
 
 @dataclass
@@ -119,7 +108,7 @@ def container_error(status: int, detail: str = "") -> InvokeError:
     return InvokeError(502, _ERRORS["ModelError"][1], "ModelError", f"status {status}: {detail}")
 
 
-_DEADLINE = "the model did not answer within the deadline"
+_DEADLINE = errors.spec(TIMEOUT).message
 
 
 def make_client(endpoint_url: str | None, region: str | None, deadline_s: float) -> Any:

@@ -22,13 +22,15 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import ValidationError
 
-from contracts.fairness import custom_attributes
+from contracts import errors
+from contracts.errors import CONTAINER_STATUSES
+from contracts.fairness import MIRROR, custom_attributes
 from contracts.registry import SHADOW_STATUS
 from contracts.routing import CanaryRoute, Route
 from contracts.settings import RouterSettings
 from lambda_proxy import registry, shadow, usage
 from lambda_proxy.auth import Caller, allowed, caller_from_event, listed, voice
-from lambda_proxy.cache import CacheUnavailableError, ResponseCache, cache_key
+from lambda_proxy.cache import CacheUnavailableError, ResponseCache, SecretCredentials, cache_key
 from lambda_proxy.canary import Canaries, Choice, Switch
 from lambda_proxy.quota import Limits, Quotas, prompt_tokens_estimate
 from lambda_proxy.sagemaker import InvokeError, container_error, invoke, make_client
@@ -47,21 +49,27 @@ def _buffered(name: str) -> None:
 
 class RouterError(Exception):
     """Why a request is not served: the status and message its client sees, and what each
-    door's format can carry (a code, field details, OpenAI's ``param``, headers)."""
+    door's format can carry (a code, field details, OpenAI's ``param``, headers). Its code is a
+    row of the error catalogue (``contracts.errors``), with the catalogue's status; only a
+    ModelError carries the container's own."""
 
     def __init__(
         self,
         status: int,
         message: str,
         *,
-        code: str | None = None,
+        code: str,
         details: list[dict[str, Any]] | None = None,
         param: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
+        row = errors.spec(code)  # a code nobody catalogued is a bug, found here
+        if status != row.status and not (code == "ModelError" and status in CONTAINER_STATUSES):
+            raise ValueError(f"{code} is {row.status} in the error catalogue, not {status}")
         super().__init__(message)
         self.status, self.message, self.code = status, message, code
-        self.details, self.headers = details, headers or {}
+        # The catalogue's retry advice; a header given here (a quota's own wait) wins.
+        self.details, self.headers = details, {**errors.headers(code, status), **(headers or {})}
         self.param = param if param is not None else (details[0]["field"] if details else None)
 
 
@@ -170,14 +178,10 @@ def deps() -> Dependencies:
     global _deps
     if _deps is None:
         s = settings()
-        password = None
-        if s.redis_secret_arn:
-            from aws_lambda_powertools.utilities.parameters import get_secret
-
-            password = str(get_secret(s.redis_secret_arn, max_age=3600))
+        credentials = SecretCredentials(s.redis_secret_arn) if s.redis_secret_arn else None
         _deps = Dependencies(
             settings=s,
-            cache=ResponseCache.from_url(s.redis_url, s.cache_ttl_s, password),
+            cache=ResponseCache.from_url(s.redis_url, s.cache_ttl_s, credentials),
             client=make_client(s.sagemaker_endpoint_url, s.region, s.invoke_deadline_s),
             registry=registry.Recorder(s.region),
         )
@@ -190,7 +194,7 @@ def deps() -> Dependencies:
 def caller_of(call: Call) -> Caller:
     if call.caller is None:
         _buffered("Forbidden")
-        raise RouterError(403, "no authenticated caller in the request context")
+        raise RouterError(403, errors.spec("AccessDenied").message, code="AccessDenied")
     return call.caller
 
 
@@ -267,7 +271,6 @@ def not_served(adapter: str) -> RouterError | None:
             503,
             f"adapter {name!r} {NOT_SERVED[kind]}; it is served once it passes its gate",
             code="AdapterNotReady",
-            headers={"Retry-After": "30"},
         )
     if kind == "not publishable":
         return RouterError(
@@ -276,14 +279,12 @@ def not_served(adapter: str) -> RouterError | None:
             f"({reason[:300] or 'see python -m local status'}); on the local platform, "
             "make up ARGS=--serve-unpublishable serves it anyway",
             code="AdapterNotPublishable",
-            headers={SHOULD_RETRY: "false"},
         )
     return RouterError(
         409,
         f"adapter {name!r} is not served: its training failed (python -m local status and "
         ".local/logs/trainer.log say why); the next make up trains it again",
         code="AdapterTrainingFailed",
-        headers={SHOULD_RETRY: "false"},
     )
 
 
@@ -291,7 +292,12 @@ def not_served(adapter: str) -> RouterError | None:
 
 
 def _invalid(field_name: str, message: str) -> RouterError:
-    return RouterError(400, "invalid request", details=[{"field": field_name, "message": message}])
+    return RouterError(
+        400,
+        "invalid request",
+        code="InvalidRequest",
+        details=[{"field": field_name, "message": message}],
+    )
 
 
 def read_json(call: Call) -> Any:
@@ -303,7 +309,7 @@ def read_json(call: Call) -> Any:
     except UnicodeEncodeError:  # an event whose body string holds a lone surrogate
         raise _invalid("body", "not valid Unicode") from None
     if size > limit:
-        raise RouterError(413, f"body over the limit of {limit} bytes")
+        raise RouterError(413, f"body over the limit of {limit} bytes", code="RequestTooLarge")
     try:
         return json.loads(raw) if raw else None
     except RecursionError:
@@ -330,7 +336,7 @@ def validate(data: Any) -> GenerateRequest:
             {"field": ".".join(map(str, e["loc"])) or "body", "message": e["msg"]}
             for e in exc.errors(include_url=False, include_input=False)
         ]
-        raise RouterError(400, "invalid request", details=details) from None
+        raise RouterError(400, "invalid request", code="InvalidRequest", details=details) from None
     except (ValueError, TypeError) as exc:
         raise _invalid("body", str(exc)) from None
 
@@ -607,7 +613,9 @@ def prepare_base(caller: Caller, data: Any) -> dict[str, Any]:
     with the environment's caps, and the caller's tenant-wide quota) and becomes the payload."""
     req = validate(data)
     if req.stream:
-        raise RouterError(400, "the base model's answer is not streamed")
+        raise RouterError(
+            400, "the base model's answer is not streamed", code="StreamingUnavailable"
+        )
     charge(caller.tenant or caller.arn, "base", req, None)
     return payload_of(req)
 
@@ -737,7 +745,7 @@ def _mirrored(prep: Prepared, stable_answer: str) -> None:
 
 #: A mirror's failures that are the canary's own answer: its container's error (a 5xx, or a
 #: 4xx it gave to an input stable answered) or an answer that is not one.
-CANARY_ANSWERS = frozenset({"ModelError", "BadModelOutput"})
+CANARY_ANSWERS = errors.CANARY_FAULTS  # of these, a mirror (never streamed) meets two
 #: Container statuses that say nothing of the version: busy (429, 503) or a slow read (408).
 _SHARED_STATUSES = frozenset({408, 429, 503})
 
@@ -868,11 +876,10 @@ def _answer(call: Call, prep: Prepared, t0: float) -> dict[str, Any]:
 #: What SageMaker answers for an inference component that is not on the endpoint: a release
 #: that adds or removes a canary deploys its component and the router's table apart, so for a
 #: moment the router may name a canary component that is not (or no longer) there.
-CANARY_ABSENT = frozenset({"ValidationError"})
-#: Who a mirror is, to the engine's fair queue (``contracts.fairness``): one sender for every
-#: mirror, so a mirror never lowers its caller's own next request's priority, and mirrors
-#: together are held to one sender's share of the batch while callers wait.
-SHADOW_SENDER = "shadow-mirror"
+CANARY_ABSENT = errors.CANARY_ABSENT
+#: Who a mirror is, to the engine's fair queue: one sender for every mirror, started after every
+#: caller's request and never in a caller's place (``contracts.fairness.MIRROR``).
+SHADOW_SENDER = MIRROR
 
 
 def _invoke(prep: Prepared) -> dict[str, Any]:
@@ -897,7 +904,7 @@ def _invoke(prep: Prepared) -> dict[str, Any]:
 #: an answer that is not one, a stream it broke). Not SageMaker's own failures or throttling,
 #: a container busy or not ready (503: capacity the stable version shares), nor a deadline
 #: (504: a tenant's long generation times out on either version), nor any 4xx (the request's).
-CANARY_FAULTS = frozenset({"ModelError", "BadModelOutput", "ModelStreamError", "StreamError"})
+CANARY_FAULTS = errors.CANARY_FAULTS
 
 
 def canary_fault(exc: InvokeError | None) -> bool:
@@ -935,7 +942,6 @@ def count_canary(prep: Prepared, exc: InvokeError | None, count: Count = _buffer
 #: Why a generation ended, when it ended as an answer (the runtime's words, and TGI's).
 ANSWERED = frozenset({"stop", "length", "stop_sequence", "eos_token"})
 #: When a client may try again after a throttle or a component that is not ready, in seconds.
-RETRY_AFTER_S = {429: 1, 503: 5}
 
 
 def complete_answer(result: Any) -> dict[str, Any]:
@@ -1044,24 +1050,18 @@ def invoke_failure(
             "request_id": request_id,
         },
     )
-    return RouterError(exc.status, exc.message, code=exc.code, headers=retry_headers(exc))
+    return RouterError(exc.status, exc.message, code=exc.code)
 
 
-#: OpenAI's own header for "do not retry this": the official clients obey it before their
-#: status rules, which would otherwise retry every 5xx (openai-python ``_should_retry``).
-SHOULD_RETRY = "x-should-retry"
+SHOULD_RETRY = errors.SHOULD_RETRY
 
 
 def retry_headers(exc: InvokeError) -> dict[str, str]:
-    """Whether and when a client may try again: ``Retry-After`` where a retry can succeed
-    (throttling, busy, not ready), ``x-should-retry: false`` where the generation may have run
-    (a timeout, a container error, a lost connection), so a client's automatic retry never
-    runs it twice."""
-    if (retry := RETRY_AFTER_S.get(exc.status)) is not None:
-        return {"Retry-After": str(retry)}
-    if exc.may_have_generated:
-        return {SHOULD_RETRY: "false"}
-    return {}
+    """Whether and when a client may try again, as the error catalogue says for the code and
+    status: ``Retry-After`` where a retry can succeed (throttling, busy, not ready),
+    ``x-should-retry: false`` where the generation may have run (a timeout, a container error,
+    a lost connection), so a client's automatic retry never runs it twice."""
+    return errors.headers(exc.code, exc.status)
 
 
 def served_as(prep: Prepared, artifact: Any) -> bool:

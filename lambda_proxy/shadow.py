@@ -52,6 +52,7 @@ import redis
 
 from contracts.quality import HIGHER_IS_BETTER, answered, measurable, measure
 from contracts.routing import CanaryRoute
+from lambda_proxy.keys import CanaryKeys
 
 #: Mirrors running at once in one process; one more is dropped rather than queued.
 MAX_IN_FLIGHT = 2
@@ -322,7 +323,7 @@ def bound(canary: CanaryRoute, tally: Tally, signal: str, z: float) -> Bound:
     is the variance of a share of disagreeing pairs estimated with one disagreement and one
     agreement added. Without it, a sample in which no pair happened to differ has no spread,
     its bounds close on zero, and a canary that fails one answer in ten is promoted one time in
-    eight (an outside review measured it)."""
+    eight."""
     m = tally.counts.get(signal, 0)
     stable = tally.stable.get(signal, 0.0) / m if m else 0.0
     mirrored = tally.canary.get(signal, 0.0) / m if m else 0.0
@@ -446,18 +447,19 @@ class Pairs:
             d = oriented(s, stable[s], canary[s])
             values.append((s, stable[s], canary[s], d))
         if self._pair is not None:
+            k = CanaryKeys(base)
             args: list[Any] = [who, seen, every]
             for s, st, ca, d in values:
                 args += [s, repr(st), repr(ca), repr(d), repr(d * d)]
             try:
                 got = self._pair(
                     keys=[
-                        f"{base}:pairs",
-                        f"{base}:off",
-                        f"{base}:callers",
-                        f"{base}:seen",
-                        f"{base}:pairs:{who}",
-                        f"{base}:pairs:",
+                        k.pairs,
+                        k.off,
+                        k.callers,
+                        k.seen,
+                        k.voice_pairs(who),
+                        k.voice_prefix,
                     ],
                     args=args,
                 )
@@ -498,10 +500,11 @@ class Pairs:
 
 def voice_tallies(client: Any, base: str) -> dict[str, Tally]:
     """Each voice's own sums in Redis (one round trip for all of them)."""
-    voices = [k.decode() if isinstance(k, bytes) else k for k in client.hkeys(f"{base}:callers")]
+    keys = CanaryKeys(base)
+    voices = [k.decode() if isinstance(k, bytes) else k for k in client.hkeys(keys.callers)]
     pipe = client.pipeline(transaction=False)
     for who in voices:
-        pipe.hgetall(f"{base}:pairs:{who}")
+        pipe.hgetall(keys.voice_pairs(who))
     return {
         who: Tally.of_hash(_decoded(fields))
         for who, fields in zip(voices, pipe.execute(), strict=True)
@@ -606,11 +609,11 @@ def state(client: Any, base: str, canary: CanaryRoute) -> dict[str, Any]:
     shows; read-only."""
 
     def get(name: str) -> str | None:
-        raw = client.get(f"{base}:{name}")
+        raw = client.get(CanaryKeys(base).switch(name))
         return raw.decode() if isinstance(raw, bytes) else raw
 
     off, split, held = get("off"), get("split"), get("held")
-    tally = Tally.of_hash(_decoded(client.hgetall(f"{base}:pairs") or {}))
+    tally = Tally.of_hash(_decoded(client.hgetall(CanaryKeys(base).pairs) or {}))
     decided = next((v for v in (off, split, held) if v is not None), None)
     try:
         evidence = json.loads(decided) if decided is not None else None

@@ -35,6 +35,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from contracts import errors
 from contracts.fairness import custom_attributes
 from contracts.routing import Route
 from lambda_proxy import handler, openai_api, service, usage
@@ -402,7 +403,7 @@ class _Format:
             {
                 "error": {
                     "message": exc.message,
-                    "type": "api_error",
+                    "type": errors.openai_type(exc.status),
                     "param": None,
                     "code": exc.code,
                 }

@@ -10,10 +10,13 @@ import os
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
+from contracts.metrics import NAMESPACE
+
+__all__ = ["NAMESPACE", "SERVICE", "count_now", "logger", "metrics", "tracer"]
+
 #: The service is the environment's (``PREFIX-router``, set by infra/router.py in Powertools'
 #: own variable): two environments in one account and region must not share a metric identity,
 #: or one's alarms would fire on the other's failures.
-NAMESPACE = "LoraFleet"
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "lora-router"
 logger = Logger(service=SERVICE)
 tracer = Tracer(service=SERVICE)

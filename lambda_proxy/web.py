@@ -41,6 +41,7 @@ from starlette.routing import Route
 
 # Imported, and their clients built (``warm``), when the function starts, so that a
 # provisioned environment has paid for them before its first request.
+from contracts.api import route_of
 from lambda_proxy import handler, service, streaming
 from lambda_proxy.sagemaker import InvokeError
 from lambda_proxy.service import Call, RouterError
@@ -48,9 +49,6 @@ from lambda_proxy.telemetry import logger, metrics
 
 REQUEST_CONTEXT = "x-amzn-request-context"
 LAMBDA_CONTEXT = "x-amzn-lambda-context"
-#: The routes that generate, and the kind of stream each answers with.
-STREAMING = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
-GENERATE_PREFIX, GENERATE_SUFFIX = "/v1/adapters/", "/generate"
 #: Powertools' resolver keeps the current event, and its metrics their buffer, per process: one
 #: request at a time uses the handler (as one Lambda execution environment does anyway), and a
 #: stream's checks, which count into the same buffer.
@@ -123,14 +121,12 @@ def proxy_event(request: Request, context: dict[str, Any], body: str | None) -> 
 
 
 def stream_kind(method: str, path: str, body: str | None) -> str | None:
-    """``native``, ``chat`` or ``completion`` when this request asks for a stream."""
-    if method != "POST" or not body:
+    """``native``, ``chat`` or ``completion`` when this request asks for a stream (the route
+    table's ``stream``)."""
+    found = route_of(method, path)
+    if found is None or found[0].stream is None or not body:
         return None
-    kind = STREAMING.get(path)
-    if kind is None and path.startswith(GENERATE_PREFIX) and path.endswith(GENERATE_SUFFIX):
-        kind = "native"
-    if kind is None:
-        return None
+    kind = found[0].stream
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
@@ -253,9 +249,9 @@ def _plan(kind: str, event: dict[str, Any], context: LambdaContext) -> Any:
     with HANDLER_LOCK:
         call = Call.of(event, context)
         try:
-            path = event["path"]
-            adapter = path[len(GENERATE_PREFIX) : -len(GENERATE_SUFFIX)]
-            return streaming.plan(kind, call, adapter if kind == "native" else None, t0)
+            found = route_of(event["httpMethod"], event["path"])
+            adapter = found[1].get("adapter") if found is not None else None
+            return streaming.plan(kind, call, adapter, t0)
         except RouterError as exc:
             return streaming.refusal(kind, exc, call.request_id)
         finally:

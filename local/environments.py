@@ -7,7 +7,7 @@ request at a time (``lambda_proxy.web.HANDLER_LOCK``). On Lambda that is no limi
 execution environment serves one request, and Lambda starts more of them, up to the
 function's reserved concurrency. The gateway used to be one environment for everyone, so a
 tenant keeping 8 buffered requests in flight put a quiet tenant's request behind all 8 of them
-(issue #40: 16-token requests went from 1.5-4.2 s to 61-83 s). Here each buffered request goes
+(16-token requests went from 1.5-4.2 s to 61-83 s). Here each buffered request goes
 to a pool of worker processes, started on demand (a cold start) up to ``size``, each
 configured as the function configures itself: the same variables, the same routing table and
 endpoint, the same Redis.

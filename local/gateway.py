@@ -38,6 +38,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
+from contracts.api import route_of
 from local.router import configure_router, redis_client, training_state
 
 PLAYGROUND = Path(__file__).with_name("playground")
@@ -46,21 +47,6 @@ STAGE = "local"
 FUNCTION_ARN = f"arn:aws:lambda:us-east-1:{LOCAL_ACCOUNT}:function:lora-local-router:{STAGE}"
 TENANT_HEADER = "x-local-tenant"
 _TENANT_RE = re.compile(r"^[A-Za-z0-9+=,.@_-]{1,64}$")
-
-#: The deployed API's resources (infra/router.py), as (method, path pattern, resource).
-RESOURCES = (
-    ("GET", re.compile(r"^/health$"), "/health"),
-    ("GET", re.compile(r"^/v1/adapters$"), "/v1/adapters"),
-    (
-        "POST",
-        re.compile(r"^/v1/adapters/(?P<adapter>[^/]+)/generate$"),
-        "/v1/adapters/{adapter}/generate",
-    ),
-    # The OpenAI-compatible routes, as infra/router.py declares them.
-    ("POST", re.compile(r"^/v1/chat/completions$"), "/v1/chat/completions"),
-    ("POST", re.compile(r"^/v1/completions$"), "/v1/completions"),
-    ("GET", re.compile(r"^/v1/models$"), "/v1/models"),
-)
 
 
 class InProcessCache:
@@ -554,14 +540,7 @@ class ApiGateway:
             await self.rest(scope, receive, send)
             return
         method = scope["method"]
-        match = next(
-            (
-                (m, res)
-                for verb, pattern, res in RESOURCES
-                if verb == method and (m := pattern.match(path))
-            ),
-            None,
-        )
+        match = route_of(method, path)  # the deployed API's resources (contracts.api)
         if match is None:
             refusal = JSONResponse({"message": "Missing Authentication Token"}, status_code=403)
             await refusal(scope, receive, send)
@@ -572,8 +551,8 @@ class ApiGateway:
             refusal = JSONResponse({"message": "invalid X-Local-Tenant"}, status_code=400)
             await refusal(scope, receive, send)
             return
-        m, resource = match
-        context = request_context(method, path, resource, tenant)
+        route, params = match
+        context = request_context(method, path, route.path, tenant)
         dropped = {
             "authorization",
             TENANT_HEADER,
@@ -603,10 +582,10 @@ class ApiGateway:
             await send(message)
 
         await self.router({**scope, "headers": forwarded}, receive, watch)
-        if resource.endswith("/generate"):
+        if route.name == "generate":
             self.gateway.event(
                 "router_request",
-                adapter=m["adapter"],
+                adapter=params["adapter"],
                 status=observed["status"],
                 cache=_cache_status(observed),
                 latency_ms=round((time.perf_counter() - t0) * 1000, 1),

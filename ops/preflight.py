@@ -1,7 +1,7 @@
 """``make preflight ENV=NAME`` (``python -m ops.preflight --env NAME``): what a first deploy needs
 from the account, checked before anything is created. It changes nothing.
 
-A fresh account fails a first deploy in ways no offline check sees (deploy review r3):
+A fresh account fails a first deploy in ways no offline check sees:
 
 - the credentials are another account's, or the environment names none (``account`` pins the
   account its stacks, AZs and quotas are planned for);

@@ -3,7 +3,7 @@ one, in the only order that works, each step skipped when it is already done.
 
 A plain ``cdk deploy --all`` creates the repository and the bucket and then, at once, the model
 and the components that need an image, base weights and adapter archives nobody has put there.
-This command does the steps in order:
+This command does the steps in order (``ops.steps``, one module each):
 
 1. ``stacks``   deploy the account, stateful, Model Registry and network stacks (repository,
                 bucket, key, every adapter's model package group, VPC);
@@ -37,7 +37,6 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,27 +45,28 @@ from typing import Any
 
 from config import CATALOG_PATH, ENVIRONMENTS_DIR, Deployment, layout, load_deployment
 from config.aws import AccountMismatchError, AwsEnv
-from contracts.compat import TOKENIZER_FILES, tokenizer_sha256
 from contracts.manifests import MergedManifest
+from ops import steps
+from ops.steps.base import ROOT, ReleaseError, running_in_ci
+from ops.steps.image import IMAGE_INPUTS, image_inputs_sha256
+from ops.steps.weights import BASE_FILES, BASE_MANIFEST
 from training.merge import MERGED_MANIFEST
-from training.package import sha256_file
 from training.registry import delete_group_versions
 
-ROOT = Path(__file__).resolve().parents[1]
-#: Files of a hub snapshot the runtime loads: weights, configs, tokenizer (never code or docs).
-BASE_FILES = [
-    "*.safetensors",
-    "*.safetensors.index.json",
-    "config.json",
-    "generation_config.json",
-    "tokenizer.model",
-    *TOKENIZER_FILES,
+__all__ = [
+    "ARCHIVES",
+    "BASE_FILES",
+    "BASE_MANIFEST",
+    "IMAGE_INPUTS",
+    "STEPS",
+    "Release",
+    "ReleaseError",
+    "Tools",
+    "image_inputs_sha256",
+    "running_in_ci",
 ]
-#: Written last under the base prefix: the staged files and their hashes. Its presence is what
-#: "the weights are staged" means, so an interrupted upload is redone.
-BASE_MANIFEST = "release-manifest.json"
 STABLE = {"CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE", "IMPORT_COMPLETE"}
-STEPS = ("stacks", "image", "weights", "adapters", "approval", "deploy", "smoke")
+STEPS = steps.NAMES
 
 
 def comparable(template: dict[str, Any]) -> dict[str, Any]:
@@ -134,40 +134,12 @@ def stuck_remedy(stack: str, status: str, protected: bool = False) -> str:
     return "see its events before running the release again"
 
 
-def running_in_ci() -> bool:
-    """GitHub Actions and most CI systems set ``CI=true``; CodeBuild (the CDK pipeline) sets
-    ``CODEBUILD_BUILD_ID``."""
-    return os.environ.get("CI", "").lower() in ("true", "1") or "CODEBUILD_BUILD_ID" in os.environ
-
-
-class ReleaseError(RuntimeError):
-    pass
-
-
 #: Where a release looks for ``BASE_KEY/NAME.tar.gz`` archives, and where a teardown keeps them
 #: (``config.layout.archives_dir``: one folder per base, beside ``make up``'s own).
 ARCHIVES = ROOT / ".artifacts" / "adapters"
 
 
 adapter_key = layout.adapter_key
-
-
-#: What goes into the runtime image (runtime/Dockerfile copies these): its identity.
-IMAGE_INPUTS = ("runtime", "contracts", "pyproject.toml")
-
-
-def image_inputs_sha256(root: Path = ROOT) -> str:
-    """The sha256 of every file the image is built from, by path: an immutable tag pushed once
-    is never pushed again, so a change to them under the same tag would never reach AWS."""
-    h = hashlib.sha256()
-    for top in IMAGE_INPUTS:
-        base = root / top
-        files = sorted(p for p in base.rglob("*") if p.is_file()) if base.is_dir() else [base]
-        for path in files:
-            if "__pycache__" in path.parts or path.suffix == ".pyc":
-                continue
-            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
 
 
 def _groups_in(template: dict) -> set[str]:
@@ -359,7 +331,7 @@ class Release:
         """Adapters whose model package group is not in the account: a catalog entry added
         since the registry shards were deployed. Publish registers versions in the group
         (CreateModelPackage never creates one), so the ``stacks`` step deploys the shards
-        again first (deploy review r3, finding 6)."""
+        again first."""
         from botocore.exceptions import ClientError
 
         missing = []
@@ -674,47 +646,12 @@ class Release:
 
     def status(self, step: str) -> list[str]:
         """What is missing for ``step``; empty when it is done."""
-        if step == "stacks":
-            return self.foundation_missing() or self.groups_missing()
-        if step == "image":
-            if not self.dep.base.image.external and not self.repository_exists():
-                return ["the repository does not exist yet (stacks step)"]
-            registry, repo, ref = self.image_uri()  # type: ignore[misc]
-            if not self.image_present():
-                return [f"{registry}/{repo}{ref} not in ECR"]
-            return [drift] if (drift := self.image_drift()) else []
-        if step == "weights":
-            if self.dep.base.model_data:
-                uri = self.dep.base.model_data
-                return [] if uri.endswith("/") or self._object_exists(uri) else [f"{uri} not found"]
-            if self.base_manifest() is None:
-                return [f"s3://{self.bucket}/{self.base_prefix()} not staged"]
-            return []
-        if step == "adapters":
-            return (
-                [
-                    f"{a.name}: {s}"
-                    for a in self.dep.adapters
-                    if not (s := self.adapter_state(a.name)).startswith("done")
-                ]
-                + self.canaries_missing()
-                + self.merged_missing()
-            )
-        if step == "approval":
-            from training.registry import approval_problems
+        return steps.named(step).missing(self)
 
-            return approval_problems(self.sm, self.dep, self.env)
-        if step == "deploy":
-            return self._stacks_missing(sorted(self.templates))
-        if step == "smoke":
-            marker = self._get_json(self.smoke_key())
-            if marker and marker.get("fingerprint") == self.fingerprint():
-                return []
-            return ["no passing smoke check of what is deployed now"]
-        raise ValueError(step)
-
-    def do(self, step: str) -> None:
-        getattr(self, f"_do_{step}")()
+    @property
+    def own_archives(self) -> Path:
+        """The archives of this environment's base (``ARCHIVES/BASE_KEY``)."""
+        return layout.archives_dir(self.archives, self.dep.base_key)
 
     def _cdk_deploy(self, stacks: list[str]) -> None:
         self.templates  # noqa: B018 - synthesize into the assembly that is deployed
@@ -734,295 +671,12 @@ class Release:
             ]
         )
 
-    def _do_stacks(self) -> None:
-        self._before_registry_deploy()
-        self._cdk_deploy(self.foundation_stacks())
-
-    def _do_image(self) -> None:
-        registry, repo, ref = self.image_uri()  # type: ignore[misc]
-        image = self.dep.base.image
-        if (drift := self.image_drift()) is not None:
-            raise ReleaseError(drift)
-        if image.external is not None:
-            # Never built into, nor pushed to, a registry this environment does not own.
-            raise ReleaseError(
-                f"the catalog's image {image.repository}{ref} is not in it: push it there "
-                "yourself (the release builds and pushes only to the environment's own "
-                "repository)"
-            )
-        if image.digest:
-            raise ReleaseError(
-                f"the catalog names digest {image.digest} in {repo}, which is not there; push "
-                "that image, or name a tag for this command to build and push"
-            )
-        # The registry's own DNS suffix: amazonaws.com, or amazonaws.com.cn in China's regions.
-        suffix = "amazonaws.com.cn" if self.region.startswith("cn-") else "amazonaws.com"
-        host = f"{registry}.dkr.ecr.{self.region}.{suffix}"
-        token = self.ecr.get_authorization_token(registryIds=[registry])["authorizationData"][0]
-        import base64
-
-        user, password = base64.b64decode(token["authorizationToken"]).decode().split(":", 1)
-        self.tools.run(
-            ["docker", "login", "--username", user, "--password-stdin", host], input=password
-        )
-        base = self.tools.base_image(ci=running_in_ci())
-        # Pushed only when the tag is absent (checked above); ECR's immutable tags refuse a
-        # second image under an existing tag as well. The base by the digest just verified.
-        self.tools.run(
-            [
-                "docker",
-                "buildx",
-                "build",
-                "--platform",
-                "linux/amd64",
-                "--provenance",
-                "false",
-                "--build-arg",
-                f"VLLM_IMAGE={base}",
-                "--file",
-                "runtime/Dockerfile",
-                "--tag",
-                f"{host}/{repo}{ref}",
-                "--push",
-                ".",
-            ]
-        )
-        if not self.image_present():
-            raise ReleaseError(f"{host}/{repo}{ref} is still not in ECR after the push")
-        self._put_json(self.image_record_key(), {"inputs_sha256": image_inputs_sha256()})
-
     def _kms_key(self) -> str:
         return layout.data_key_alias(self.dep.env.prefix)
 
-    def _do_weights(self) -> None:
-        base = self.dep.base
-        if base.model_data:
-            raise ReleaseError(f"base model_data {base.model_data} is not there; upload it")
-        if base.source != "hub":
-            raise ReleaseError(f"base {self.dep.base_key!r} is built locally, not on the hub")
-        with tempfile.TemporaryDirectory(prefix="base-") as tmp:
-            self.log(f"  downloading {base.model_id}@{base.revision} (weights, config, tokenizer)")
-            local = self.tools.download_base(base.model_id, base.revision, Path(tmp))
-            files = sorted(p for p in local.rglob("*") if p.is_file() and ".cache" not in p.parts)
-            if not any(p.suffix == ".safetensors" for p in files):
-                raise ReleaseError(f"{base.model_id}@{base.revision} has no safetensors weights")
-            digest = tokenizer_sha256(local)
-            if base.tokenizer_sha256 is None and running_in_ci():
-                # Written on the runner, the digest would deploy a model the next synth (from
-                # the committed catalog) replaces, rolling the whole base component again.
-                raise ReleaseError(
-                    f"base {self.dep.base_key!r} has no tokenizer_sha256, and a release in CI "
-                    "cannot commit it: pin it in config/adapters.yaml "
-                    f"(base_models.{self.dep.base_key}.tokenizer_sha256: {digest}), commit, and "
-                    "run the release again"
-                )
-            if base.tokenizer_sha256 and base.tokenizer_sha256 != digest:
-                raise ReleaseError(
-                    f"tokenizer sha256 of {base.model_id}@{base.revision} is {digest}, the "
-                    f"catalog pins {base.tokenizer_sha256}: the revision is not what adapters "
-                    "were trained on"
-                )
-            hashes = {}
-            for path in files:
-                rel = path.relative_to(local).as_posix()
-                hashes[rel] = sha256_file(path)
-                self.log(f"  upload {rel} ({path.stat().st_size / 1e6:.1f} MB)")
-                self.s3.upload_file(
-                    str(path),
-                    self.bucket,
-                    self.base_prefix() + rel,
-                    ExtraArgs={"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": self._kms_key()},
-                )
-            manifest = {
-                "model_id": base.model_id,
-                "revision": base.revision,
-                "tokenizer_sha256": digest,
-                "files": hashes,
-            }
-            self._put_json(self.base_prefix() + BASE_MANIFEST, manifest)
-        if base.tokenizer_sha256 is None:
-            from config.writer import set_base_field
-
-            set_base_field(self.dep.base_key, "tokenizer_sha256", digest, self.catalog)
-            self.log(f"  wrote tokenizer_sha256: {digest} into {self.catalog.name} (commit it)")
-            self._catalog_changed()
-
-    def _do_adapters(self) -> None:
-        from training.publish import PublishError, publish
-
-        if canaries := self.canaries_missing():
-            raise ReleaseError(
-                "publish each canary first (python -m training.publish --env "
-                f"{self.env} --adapter NAME --canary --archive PATH): " + "; ".join(canaries)
-            )
-        missing = [
-            a for a in self.dep.adapters if not self.adapter_state(a.name).startswith("done")
-        ]
-        at_hand = {a.name: self.archive_at_hand(a.name) for a in missing}
-        untrained = [name for name, archive in at_hand.items() if archive is None]
-        if untrained and not self.training_role:
-            raise ReleaseError(
-                f"no archive for {', '.join(untrained)} in {self.own_archives}: pass "
-                "--training-role ARN to train them as SageMaker jobs, or put NAME.tar.gz there"
-            )
-        for a in missing:
-            archive = at_hand[a.name]
-            if archive is None:
-                self.log(f"  {a.name}: training (SageMaker job)")
-                archive = self._trained_archive(a.name)
-            self.log(f"  {a.name}: publishing {archive.name} through the publish gates")
-            try:
-                publish(
-                    archive,
-                    a.name,
-                    self.env,
-                    bucket=self.bucket,
-                    s3=self.s3,
-                    catalog=self.catalog,
-                    environments_dir=self.environments_dir,
-                    record_uri=False,
-                    kms_key=self._kms_key(),
-                    base_dir=self.base_dir,
-                    describe_job=self.tools.training_job,
-                    job_archive=self.tools.job_archive,
-                    registry=self.sm,
-                )
-            except PublishError as exc:
-                raise ReleaseError(f"{a.name}: {exc}") from None
-        if missing:
-            self._catalog_changed()
-        if self.merged_missing():
-            self._stage_merged()
-
-    @property
-    def own_archives(self) -> Path:
-        """The archives of this environment's base (``ARCHIVES/BASE_KEY``)."""
-        return layout.archives_dir(self.archives, self.dep.base_key)
-
-    def archive_at_hand(self, name: str) -> Path | None:
-        """The adapter's archive for this base, or None. An archive of the same name trained on
-        another base (``make up``'s, of the local platform's small base, or one left flat in
-        ``ARCHIVES`` by an older version) is never taken: the release says it skipped it and
-        why, and trains instead."""
-        import tarfile
-
-        from training.package import PackageError, read_manifest
-
-        own = self.own_archives / f"{name}.tar.gz"
-        candidates = [own, self.archives / f"{name}.tar.gz"]
-        candidates += sorted(p for p in self.archives.glob(f"*/{name}.tar.gz") if p != own)
-        want = (self.dep.base.model_id, self.dep.base.revision)
-        for path in candidates:
-            if not path.is_file():
-                continue
-            try:
-                base = read_manifest(path).base
-                found = (base.model_id, base.revision)
-            except (PackageError, OSError, tarfile.TarError) as exc:
-                self.log(f"  {name}: skipped {path}: its manifest cannot be read ({exc})")
-                continue
-            if found != want:
-                self.log(
-                    f"  {name}: skipped {path}: trained on {found[0]}@{found[1][:12]}, not this "
-                    f"environment's base {want[0]}@{want[1][:12]}"
-                )
-                continue
-            if path != own:
-                self.log(f"  {name}: {path} is for this base; keep such archives in {own.parent}")
-            return path
-        return None
-
-    def _stage_merged(self) -> None:
-        """Merge each ``serving: merged`` entry's published archive into the base and upload
-        the result under ``merged/NAME/VERSION/`` (SSE-KMS), the merged manifest last: its
-        presence is what marks the prefix complete."""
-        from botocore.exceptions import ClientError
-
-        base = self.dep.base
-        missing = set(self.merged_missing())
-        todo = [
-            a
-            for a in self.dep.adapters
-            if a.merged and any(m.startswith(f"{a.name}:") for m in missing)
-        ]
-        with tempfile.TemporaryDirectory(prefix="merge-") as tmp:
-            work = Path(tmp)
-            base_dir = self.base_dir
-            if base_dir is None:
-                self.log(f"  downloading {base.model_id}@{base.revision} to merge into")
-                (work / "base").mkdir()
-                base_dir = self.tools.download_base(base.model_id, base.revision, work / "base")
-            for a in todo:
-                archive = work / f"{a.name}.tar.gz"
-                bucket, key = self.bucket, self.adapter_key(a.name, a.entry.version)
-                if a.entry.artifact:  # an archive the catalog names outside the bucket
-                    bucket, key = a.entry.artifact.removeprefix("s3://").split("/", 1)
-                try:
-                    self.s3.download_file(bucket, key, str(archive))
-                except ClientError as exc:
-                    raise ReleaseError(
-                        f"{a.name}: cannot read s3://{bucket}/{key} to merge ({exc})"
-                    ) from None
-                out = work / f"{a.name}-merged"
-                self.log(f"  {a.name}: merging {a.entry.version} into {base.model_id}")
-                manifest = self.tools.merge(Path(base_dir), archive, out)
-                if a.entry.sha256 and manifest.adapter.sha256 != a.entry.sha256:
-                    raise ReleaseError(
-                        f"{a.name}: the published archive is not the one the catalog pins"
-                    )
-                prefix = layout.merged_prefix(a.name, a.entry.version)
-                for path in sorted(p for p in out.iterdir() if p.name != MERGED_MANIFEST):
-                    self.s3.upload_file(
-                        str(path),
-                        self.bucket,
-                        prefix + path.name,
-                        ExtraArgs={
-                            "ServerSideEncryption": "aws:kms",
-                            "SSEKMSKeyId": self._kms_key(),
-                        },
-                    )
-                self._put_json(prefix + MERGED_MANIFEST, manifest.as_json())
-
-    def _trained_archive(self, name: str) -> Path:
-        uri = self.tools.train(name, self.aws, self.dep, self.training_role or "")
-        bucket, key = uri.removeprefix("s3://").split("/", 1)
-        out = Path(tempfile.mkdtemp(prefix=f"trained-{name}-"))
-        self.s3.download_file(bucket, key, str(out / "model.tar.gz"))
-        with tarfile.open(out / "model.tar.gz") as tar:
-            member = tar.getmember(f"{name}.tar.gz")
-            if not member.isfile():
-                raise ReleaseError(f"{uri} holds no {name}.tar.gz")
-            tar.extract(member, out, filter="data")
-        return out / f"{name}.tar.gz"
-
-    def _do_approval(self) -> None:
-        """Approval is a person's or a named check's (``training.approve``): the release stops
-        here until every version it would deploy is approved."""
-        raise ReleaseError(
-            "the Model Registry has not approved every version this release "
-            "deploys: " + "; ".join(self.status("approval"))
-        )
-
-    def _do_deploy(self) -> None:
-        self._before_registry_deploy()
-        self._cdk_deploy(["--all"])
-
-    def _do_smoke(self) -> None:
-        if self.tools.smoke(self.env) != 0:
-            raise ReleaseError(
-                "the smoke check failed: an adapter did not answer from its own "
-                "component with its catalog version"
-            )
-        self._put_json(self.smoke_key(), {"fingerprint": self.fingerprint()})
-
     def _put_json(self, key: str, data: dict[str, Any]) -> None:
-        self.s3.put_object(
-            Bucket=self.bucket,
-            Key=key,
-            Body=json.dumps(data, indent=1).encode(),
-            ServerSideEncryption="aws:kms",
-            SSEKMSKeyId=self._kms_key(),
-        )
+        body = json.dumps(data, indent=1).encode()
+        layout.put_encrypted(self.s3, self.bucket, key, body, self._kms_key())
 
     # -- the command ----------------------------------------------------------------------------
 
@@ -1042,10 +696,11 @@ class Release:
             # A dry run changes nothing: it goes on, so one run lists everything to fix.
             self.log(f"preflight: {len(problems)} to fix before a release; the steps anyway:")
         outcome: dict[str, str] = {}
-        for n, step in enumerate(STEPS, 1):
+        for n, each in enumerate(steps.STEPS, 1):
+            step = each.name
             if step not in only:
                 continue
-            missing = self.status(step)
+            missing = each.missing(self)
             head = f"[{n}/{len(STEPS)}] {step:<9}"
             if not missing:
                 self.log(f"{head} done, skipped")
@@ -1055,8 +710,8 @@ class Release:
             if self.dry_run:
                 outcome[step] = "missing"
                 continue
-            self.do(step)
-            left = self.status(step)
+            each.run(self)
+            left = each.missing(self)
             if left:
                 raise ReleaseError(f"{step} ran but is still not done: {'; '.join(left)}")
             self.log(f"{head} done")

@@ -14,7 +14,7 @@ type changes. A replacement creates the new resource before deleting the old one
   an ``Export``; ``@aws-cdk/core:defaultCrossStackReferences`` is ``strong`` in cdk.json) fails
   the producer's update: CloudFormation refuses to change an export that is in use ("you can't
   modify or remove an output value that is referenced by another stack", CloudFormation user
-  guide, exporting stack output values; deploy review r3, finding 12). The remedy is CDK's
+  guide, exporting stack output values). The remedy is CDK's
   two-deploy weakening (aws-cdk-lib's README, "Resolving the deadly embrace").
 
 A property that refers (``Ref`` / ``Fn::GetAtt``) to a replaced resource gets a new value, so the

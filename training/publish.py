@@ -308,16 +308,8 @@ def _upload_once(
             "never overwritten: bump the entry's version for new weights"
         )
     if published is None:
-        kms = {"SSEKMSKeyId": kms_key} if kms_key else {}
         with archive.open("rb") as body:
-            s3.put_object(
-                Bucket=bucket,
-                Key=key,
-                Body=body,
-                ServerSideEncryption="aws:kms",
-                Metadata={"sha256": digest},
-                **kms,
-            )
+            layout.put_encrypted(s3, bucket, key, body, kms_key, Metadata={"sha256": digest})
 
 
 def publish(

@@ -25,7 +25,7 @@ import json
 import time
 from typing import Any
 
-from config import Deployment, ResolvedAdapter
+from config import Deployment, ResolvedAdapter, layout
 from contracts.manifests import AdapterManifest
 from contracts.registry import (
     APPROVED,
@@ -120,16 +120,8 @@ def register(
             )
         return existing
     report = json.dumps(manifest.eval or {}, indent=1, sort_keys=True).encode()
-    key = f"adapters/{adapter}/{version}/evaluation.json"
-    kms = {"SSEKMSKeyId": kms_key} if kms_key else {}
-    s3.put_object(
-        Bucket=bucket,
-        Key=key,
-        Body=report,
-        ServerSideEncryption="aws:kms",
-        ContentType="application/json",
-        **kms,
-    )
+    key = layout.evaluation_key(adapter, version)
+    layout.put_encrypted(s3, bucket, key, report, kms_key, ContentType="application/json")
     statistics = {
         "ContentType": "application/json",
         "S3Uri": f"s3://{bucket}/{key}",

@@ -114,7 +114,7 @@ def test_the_runtime_dockerfile_passes_hadolint() -> None:
 
 def test_every_job_that_assumes_a_role_keeps_its_session_for_its_whole_timeout(workflow) -> None:
     """OIDC sessions default to 1 hour; a training job runs for up to 6, a deploy for 1.5, and
-    every AWS call after the hour would fail with ExpiredToken (deploy review r3, finding 4)."""
+    every AWS call after the hour would fail with ExpiredToken."""
     setup = yaml.safe_load((WORKFLOW.parents[1] / "actions/release-setup/action.yml").read_text())
     creds = next(
         s for s in setup["runs"]["steps"] if "configure-aws-credentials" in s.get("uses", "")
@@ -140,7 +140,7 @@ def test_the_image_build_job_frees_the_runners_disk_first(workflow) -> None:
 
 
 def test_the_image_is_built_from_its_pinned_base_and_checked_inside(workflow) -> None:
-    """GPU path review r2, 2.1 and 2.9: nothing built the image before a release, so a
+    """Nothing built the image before a release, so a
     Dockerfile that cannot build on vLLM's base went unseen. Pull requests that touch what goes
     into the image build it, after proving the base's digest, and run the doctor and pip's
     dependency check inside it."""
@@ -199,7 +199,7 @@ def test_no_job_stands_in_a_region_for_the_environments(workflow) -> None:
 
 
 def test_the_deploy_waits_for_its_reviewers_instead_of_failing_on_approvals(workflow) -> None:
-    """Deploy review r4, N10: publish registers versions pending approval and the release stops
+    """Publish registers versions pending approval and the release stops
     at approval, so a deploy that starts right after publish fails red on every first push. It
     waits in an environment of its own whose required reviewers approve the versions first."""
     deploy = workflow["jobs"]["deploy-dev"]
@@ -210,7 +210,7 @@ def test_the_deploy_waits_for_its_reviewers_instead_of_failing_on_approvals(work
 
 
 def test_the_deploy_guide_gives_the_ci_role_a_session_as_long_as_its_longest_job(workflow) -> None:
-    """Deploy review r4, N3: AssumeRoleWithWebIdentity fails when DurationSeconds exceeds the
+    """AssumeRoleWithWebIdentity fails when DurationSeconds exceeds the
     role's MaxSessionDuration, whose default is one hour (IAM API reference, CreateRole)."""
     longest = max(
         int(step["with"]["role-duration-seconds"])

@@ -456,7 +456,7 @@ def test_a_prefix_that_makes_no_valid_bucket_name_is_refused(tmp_path) -> None:
 
 
 def test_the_usage_metrics_make_check_counts_do_not_grow_with_the_catalog() -> None:
-    """Deploy review r4, N9: a metric per adapter would be thousands of custom metrics at the
+    """A metric per adapter would be thousands of custom metrics at the
     catalog sizes that synthesize; the count is the tenants', and make check prints it."""
     import dataclasses
 
@@ -481,7 +481,7 @@ def test_a_deployable_environment_must_say_its_region(tmp_path) -> None:
 
 
 def test_a_region_without_the_public_web_adapter_layer_needs_a_copy_named(tmp_path) -> None:
-    """Stand-ins 1.22: the layer is published from awslabs' account in commercial regions only."""
+    """The layer is published from awslabs' account in commercial regions only."""
     from config import CatalogError, load_deployment
     from tests.infra.conftest import edited_config
 

@@ -37,7 +37,7 @@ def _env(tmp_path: Path, **serving: object) -> Path:
 
 
 def test_the_seed_formula_on_a_g5_xlarge_from_what_cuda_reports() -> None:
-    """GPU path review r2, 2.7: an A10G reports 23,028 MiB, not 24 GiB; vLLM's memory fraction
+    """An A10G reports 23,028 MiB, not 24 GiB; vLLM's memory fraction
     (its default 0.92, 2.5) applies to that."""
     dep = load_deployment("dev")
     p = plan(dep)
@@ -57,7 +57,7 @@ def test_the_seed_formula_on_a_g5_xlarge_from_what_cuda_reports() -> None:
 
 
 def test_slots_are_sized_to_the_catalog_not_to_sixteen() -> None:
-    """GPU path review r2, 2.8: vLLM mixes at most max_loras adapters per step, so an 8-adapter
+    """VLLM mixes at most max_loras adapters per step, so an 8-adapter
     catalog's 8 unused slots only took KV cache (rank 64: 252 MiB each)."""
     dep = load_deployment("dev")
     assert len(dep.adapters) <= 8
@@ -175,7 +175,7 @@ def test_pinned_host_memory_is_planned_from_the_catalog(tmp_path: Path) -> None:
 
 
 def test_a_gpu_component_reserves_the_cpu_cores_vllm_asks_for(tmp_path: Path) -> None:
-    """GPU path review r2, 2.3: vLLM asks 2 + N cores for N GPUs; dev reserved 2 for 1 GPU,
+    """VLLM asks 2 + N cores for N GPUs; dev reserved 2 for 1 GPU,
     which starves the engine loop and the start-up compile against vLLM's 600 s limit."""
     with pytest.raises(CatalogError, match="cpu_cores 2 is under the 3 vLLM asks for 1 GPU"):
         load_deployment("dev", environments_dir=_env(tmp_path, cpu_cores=2))
@@ -192,7 +192,7 @@ def test_a_gpu_component_reserves_the_cpu_cores_vllm_asks_for(tmp_path: Path) ->
 
 
 def test_vllms_engine_wait_is_derived_from_the_start_up_health_check() -> None:
-    """GPU path review r2, 2.3: vLLM waits 600 s for its engine by default, under SageMaker's
+    """VLLM waits 600 s for its engine by default, under SageMaker's
     900 s budget: a slow cold start ended the process first, on every retry."""
     from config.processes import ENGINE_WAIT_MARGIN_S
     from infra.serving import container_environment

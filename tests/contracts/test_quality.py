@@ -57,7 +57,7 @@ def test_every_signal_has_a_direction_a_default_margin_and_a_task() -> None:
 
 
 def test_answers_that_look_valid_or_present_but_are_not() -> None:
-    """Found by an outside review: an overflowing number, a loop in a script without spaces,
+    """An overflowing number, a loop in a script without spaces,
     an answer of zero-width characters."""
     assert q.json_valid('{"a": 1e999}') == 0.0  # Python reads inf; RFC 8259 has no such number
     assert q.json_valid('{"a": 1e300}') == 1.0

@@ -105,6 +105,14 @@ def test_the_catalog_reference_is_generated_from_the_schema() -> None:
     )
 
 
+def test_the_routers_error_table_is_generated_from_the_error_catalogue() -> None:
+    from config.reference import ROUTER_DOC, router_doc
+
+    assert ROUTER_DOC.read_text() == router_doc(), (
+        "docs/router.md's error table is stale: python -m config.reference --write"
+    )
+
+
 def test_the_readme_stays_short_with_the_two_commands_first() -> None:
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 150

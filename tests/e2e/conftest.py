@@ -140,7 +140,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory):
     env.setdefault("router", {})["max_new_tokens_cap"] = 1000
     # The release's smoke check runs as whoever releases, often an IAM Identity Center role,
     # listed by the ARN the console shows (with its path); the router matches it by account and
-    # name (deploy review r3, finding 7).
+    # name.
     env["router"]["operators"] = [SSO_OPERATOR]
     (root / "environments").mkdir()
     (root / "environments" / "local.yaml").write_text(yaml.safe_dump(env))

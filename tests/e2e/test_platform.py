@@ -319,7 +319,7 @@ def test_the_smoke_check_invokes_every_adapter_through_the_router(platform) -> N
 
 
 def test_the_smoke_check_passes_as_an_sso_role_that_no_adapter_lists(platform, monkeypatch) -> None:
-    """Deploy review r3, finding 7: the release's smoke runs as an SSO session, whose
+    """The release's smoke runs as an SSO session, whose
     assumed-role ARN drops the role's path. The environment lists the role by the ARN the
     console shows (path and all) under router.operators; no adapter lists it as a tenant, so
     every 200 here is the operator match by account and name."""

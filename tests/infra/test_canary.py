@@ -114,7 +114,7 @@ def test_a_shadow_canary_may_record_its_decision_but_never_approve(
     """The router writes a decision into the canary version's package (lambda_proxy.registry):
     only in that adapter's group, with the shadow canary's lifecycle stage, never an approval
     status; and it reaches the SageMaker API through an endpoint made only while a canary is a
-    shadow (an endpoint nobody calls is billed for nothing: deploy review r3, finding 15)."""
+    shadow (an endpoint nobody calls is billed for nothing)."""
     import yaml
 
     from config import CATALOG_PATH
@@ -133,7 +133,7 @@ def test_a_shadow_canary_may_record_its_decision_but_never_approve(
             "sagemaker:CustomerMetadataPropertiesToRemove": "true",
         },
         # Only a package publish tagged as a shadow canary's: a stable version has no such tag,
-        # and the old IfExists on its stage admitted every stable version (deploy review r4, N8).
+        # and the old IfExists on its stage admitted every stable version.
         "StringEquals": {
             "sagemaker:ModelLifeCycle:Stage": "shadow-canary",
             "sagemaker:ModelLifeCycle:StageStatus": ["held", "promoted", "rolled-back"],
@@ -225,7 +225,7 @@ DOCUMENTED_ELSEWHERE = {"sagemaker:ModelLifeCycle:Stage", "sagemaker:ModelLifeCy
 
 
 def test_every_condition_key_of_the_registry_update_is_one_aws_documents(synth_edited) -> None:
-    """Stand-ins 2.16: a condition on a key the request never carries fails closed, so every
+    """A condition on a key the request never carries fails closed, so every
     shadow-canary decision would be refused at run time, unseen by any stub."""
     import fnmatch
 
@@ -247,7 +247,7 @@ def test_every_condition_key_of_the_registry_update_is_one_aws_documents(synth_e
 
 
 def test_a_canary_archive_in_another_bucket_is_reachable_by_the_endpoint(synth_edited) -> None:
-    """Stand-ins 3.8: the gateway endpoint's policy listed only the stable versions' buckets and
+    """The gateway endpoint's policy listed only the stable versions' buckets and
     the execution role read only the environment's, so a canary whose archive another bucket
     holds could never be downloaded (AccessDenied from both)."""
     elsewhere = "s3://team-models/claims/9.0.0/adapter.tar.gz"
@@ -278,8 +278,7 @@ def test_a_canary_archive_in_another_bucket_is_reachable_by_the_endpoint(synth_e
 
 def test_a_weighted_canary_records_its_5xx_rollback_in_its_package(synth_edited) -> None:
     """A weighted canary's 5xx rollback lived only in the cache, which dev runs without a
-    replica: after a restart the rolled-back canary served half of new keys again (router
-    attack r5, D4). Its decisions now go to its version's package too, so the router gets the
+    replica: after a restart the rolled-back canary served half of new keys again. Its decisions now go to its version's package too, so the router gets the
     same narrow registry permission and endpoint for it as for a shadow canary."""
 
     def weighted(cat: dict) -> None:

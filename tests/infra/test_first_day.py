@@ -1,5 +1,5 @@
-"""The deploy review's findings a template settles (shared/reviews/2026-12-deploy-review-r3.md):
-each read off the synthesized templates, as CloudFormation and IAM will read them."""
+"""First-day failures a template settles, each read off the synthesized templates, as
+CloudFormation and IAM will read them."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _statements(template: dict) -> list[dict]:
 
 
 def test_the_router_may_never_invoke_the_base_component(dev_templates) -> None:
-    """Finding 16: InvokeEndpoint's inference-component resource is optional, so the endpoint's
+    """InvokeEndpoint's inference-component resource is optional, so the endpoint's
     ARN alone may admit a call that names the base component; an explicit Deny settles it."""
     denies = [s for s in _statements(dev_templates["lora-dev-router"]) if s["Effect"] == "Deny"]
     assert denies, "no explicit Deny in the router's policies"
@@ -39,7 +39,7 @@ def test_the_router_may_never_invoke_the_base_component(dev_templates) -> None:
 
 
 def test_the_execution_role_has_aws_documented_logs_and_metrics_actions(dev_templates) -> None:
-    """Finding 9: AWS's CreateModel execution-role set (sagemaker-roles.md): logs
+    """AWS's CreateModel execution-role set (sagemaker-roles.md): logs
     CreateLogGroup, CreateLogStream, PutLogEvents, DescribeLogStreams; cloudwatch:PutMetricData
     in SageMaker's namespaces."""
     statements = {s.get("Sid"): s for s in _statements(dev_templates["lora-dev-serving"])}
@@ -57,7 +57,7 @@ def test_the_execution_role_has_aws_documented_logs_and_metrics_actions(dev_temp
 def test_api_gateways_execution_log_group_is_declared_encrypted_with_retention(
     dev_templates,
 ) -> None:
-    """Finding 10: API Gateway would create it unencrypted and never expiring, outside the
+    """API Gateway would create it unencrypted and never expiring, outside the
     stack; declared first, the stage depends on it."""
     router = dev_templates["lora-dev-router"]
     groups = resources(router, "AWS::Logs::LogGroup")
@@ -73,7 +73,7 @@ def test_api_gateways_execution_log_group_is_declared_encrypted_with_retention(
 
 
 def test_the_cache_sets_no_transit_encryption_mode_at_create(dev_templates) -> None:
-    """Finding 14: TransitEncryptionEnabled already means required; CreateReplicationGroup
+    """TransitEncryptionEnabled already means required; CreateReplicationGroup
     makes required a two-step change."""
     (group,) = resources(
         dev_templates["lora-dev-cache"], "AWS::ElastiCache::ReplicationGroup"
@@ -83,7 +83,7 @@ def test_the_cache_sets_no_transit_encryption_mode_at_create(dev_templates) -> N
 
 
 def test_every_interface_endpoint_has_a_caller_in_the_vpc(dev_templates) -> None:
-    """Finding 15: an endpoint nobody in the VPC calls is billed per AZ-hour for nothing. Each
+    """An endpoint nobody in the VPC calls is billed per AZ-hour for nothing. Each
     endpoint names its caller, and each caller's code calls that service."""
     from infra.network import ENDPOINT_CALLERS, INTERFACE_ENDPOINTS, SHADOW_ENDPOINTS
 
@@ -192,7 +192,7 @@ def _reaches(template: dict, start: str, goal: str) -> bool:
 
 
 def test_the_execution_role_outlives_the_endpoints_network_interfaces(dev_templates) -> None:
-    """Deploy review r3, finding 5: SageMaker removes the endpoint's ENIs after DeleteEndpoint
+    """SageMaker removes the endpoint's ENIs after DeleteEndpoint
     returns, with the execution role. CloudFormation deletes a resource before the ones it
     depends on, so the endpoint must depend on the ENI drain, and the drain on the role and its
     policy; the drain watches the endpoint's own security group."""

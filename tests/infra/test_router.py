@@ -183,7 +183,7 @@ def test_the_routers_vpc_permissions_match_awss_managed_policy(dev_templates) ->
 def test_the_apis_resource_policy_admits_exactly_the_accounts_the_catalog_names(
     synth_edited,
 ) -> None:
-    """Stand-ins 3.12: API Gateway's resource policy decides before the router does, so every
+    """API Gateway's resource policy decides before the router does, so every
     account the catalog or the operators name must be in it, and no other."""
 
     def foreign(cat: dict) -> None:

@@ -350,7 +350,7 @@ def test_the_local_platform_runs_the_environments_the_template_holds(
 
 
 def test_the_execution_role_is_deleted_before_the_log_groups_it_may_create(dev_templates) -> None:
-    """Deploy review r4, N7: the role may call logs:CreateLogGroup on its containers' groups,
+    """The role may call logs:CreateLogGroup on its containers' groups,
     and the ENI drain keeps it up to 55 minutes after the endpoint; a group deleted meanwhile
     could come back unencrypted, and the next create would fail "already exists". Each group
     the role may create is a dependency of the role and its policy, so it is deleted after

@@ -276,3 +276,13 @@ def error_bodies(request, monkeypatch):
     yield seen
     leaks = [b for b in seen if LEAK.search(b)]
     assert not leaks, f"error bodies carry internals: {leaks[:3]}"
+
+
+@pytest.fixture
+def r13():
+    """Redis database 13, empty before and after; the router unconfigured after."""
+    client = redis.Redis(host="127.0.0.1", port=6379, db=13)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    service.configure(None)

@@ -260,7 +260,7 @@ def test_a_rolled_back_canary_stays_off_and_the_fallback_learns_it(
     """The switch has no TTL (the cache's volatile-lru eviction takes only keys with one), and
     an execution environment that saw it keeps the canary off when Redis goes away."""
     from contracts.routing import CanaryRoute
-    from lambda_proxy.canary import Canaries
+    from lambda_proxy.canary import Canaries, Choice
 
     canaries = Canaries(redis_client)
     c = CanaryRoute.model_validate(_canary(canary_version, min_requests=2))
@@ -270,9 +270,11 @@ def test_a_rolled_back_canary_stays_off_and_the_fallback_learns_it(
         True,
     ]
     assert redis_client.ttl(f"lora:canary:v1:medical:{canary_version}:off") == -1
-    assert not any(canaries.choose("medical", c, "tenant", f"k{i}") for i in range(20))
+    routed = [canaries.route("medical", c, "tenant", f"k{i}") for i in range(20)]
+    assert Choice.CANARY not in routed
     canaries._skip_until = float("inf")  # Redis away: the fallback decides
-    assert not any(canaries.choose("medical", c, "tenant", f"k{i}") for i in range(20))
+    routed = [canaries.route("medical", c, "tenant", f"k{i}") for i in range(20)]
+    assert Choice.CANARY not in routed
 
 
 def test_timeouts_and_sagemakers_own_failures_are_not_the_canarys() -> None:

@@ -537,7 +537,7 @@ def test_a_registry_that_refuses_leaves_the_rollback_in_force(setup, version, ca
     assert _emitted(out, "CanaryQualityRollback") == [1.0]
 
 
-# -- an outside review's attacks -------------------------------------------------------------
+# -- one tenant steering the test ------------------------------------------------------------
 
 
 def test_a_sample_in_which_no_pair_differed_does_not_promote_a_worse_canary() -> None:
@@ -725,7 +725,7 @@ def test_no_voice_carries_more_than_its_share(pairs, voices, cap) -> None:
 
 
 def test_one_tenants_flood_of_pairs_cannot_promote_what_two_others_show_broken() -> None:
-    """Router attack r5, D1: 400 identical pairs from one tenant and one pair each from two
+    """400 identical pairs from one tenant and one pair each from two
     others showing the canary loops promoted it; weighed per voice, the look sees 3 pairs."""
     canary = CanaryRoute.model_validate(
         _canary("9.9.9", min_callers=3, min_pairs=30, promote_after=60, promote="split")
@@ -807,7 +807,7 @@ def _look(canary: CanaryRoute, pairs: list[tuple[str, dict, dict]]) -> shadow.De
 
 def test_a_signal_only_one_voice_can_show_decides_nothing() -> None:
     """Only one tenant's inputs state facts, and the canary drops them there: capped on ``n``
-    alone, that tenant carried all of ``facts_kept`` (outside review of #50)."""
+    alone, that tenant carried all of ``facts_kept``."""
     canary = CanaryRoute.model_validate(
         _canary(
             "9.9.9", min_callers=3, min_pairs=30, margins={"facts_kept": 0.05, "answered": 0.02}
@@ -824,7 +824,7 @@ def test_a_signal_only_one_voice_can_show_decides_nothing() -> None:
 def test_a_canary_worse_on_one_voices_inputs_only_is_not_decided_for_everyone() -> None:
     """One tenant's inputs (made for it, or by it) show the canary answering nothing on half of
     them; the two others see it identical. Capped at a third, that still moved the pooled mean
-    past the margin (outside review of #50); left out in turn, the evidence does not hold."""
+    past the margin; left out in turn, the evidence does not hold."""
     canary = CanaryRoute.model_validate(
         _canary("9.9.9", min_callers=3, min_pairs=30, margins={"answered": 0.02})
     )

@@ -1,6 +1,6 @@
 """The prompt bound (``contracts.tokens``) against the local base's real tokenizer, on the text an
-attacker would choose (router attack r5, D6: a tighter rule per character class let a 2,000-token
-prompt be charged 10) and on plain English, whose overcharge the docs state."""
+attacker would choose (a tighter rule per character class let a 2,000-token prompt be
+charged 10) and on plain English, whose overcharge the docs state."""
 
 from __future__ import annotations
 

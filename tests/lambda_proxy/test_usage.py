@@ -71,7 +71,7 @@ def test_an_answer_and_its_cache_hit_are_two_records_of_the_callers_tenant(
     emf = [json.loads(x) for x in out.splitlines() if '"_aws"' in x and "Requests" in x]
     dims = sorted(tuple(d) for x in emf for d in x["_aws"]["CloudWatchMetrics"][0]["Dimensions"])
     assert dims and all(set(d) == {"service", "tenant"} for d in dims), dims
-    assert not any("adapter" in d for d in dims), "no metric per adapter (deploy review r4, N9)"
+    assert not any("adapter" in d for d in dims), "no metric per adapter"
 
 
 def test_a_wildcard_caller_is_other_in_the_metric_and_itself_in_the_log(router, records) -> None:

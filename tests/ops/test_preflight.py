@@ -315,7 +315,7 @@ def test_make_check_prints_the_quotas_the_environments_need() -> None:
     # staging (3) and prod (6) name no account, so they are counted as sharing one.
     assert "ml.g5.2xlarge for endpoint usage  9" in out, out[-1500:]
     assert "ml.g5.xlarge for endpoint usage   3" in out
-    # Deploy review r3, finding 13: an environment with no account is named, and told what
+    # An environment with no account is named, and told what
     # refuses it; the local environment deploys nothing and is not warned about.
     for env in ("dev", "staging", "prod"):
         assert f"environment {env!r} names no account" in out, out

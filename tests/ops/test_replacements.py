@@ -152,7 +152,7 @@ def test_the_command_prints_replacements_and_passes_on_a_routine_change(tmp_path
 
 
 def test_replacing_an_exported_resource_fails_naming_its_importers() -> None:
-    """Deploy review r3, finding 12: the cache's endpoint address is exported to the router; a
+    """The cache's endpoint address is exported to the router; a
     replaced replication group changes it, which CloudFormation refuses while the router imports
     it, even where the environment allows the cache to be recreated empty."""
     from ops.replacements import snapshots_at

@@ -87,7 +87,7 @@ def test_a_canary_is_smoked_too_and_a_canary_never_reached_fails(tmp_path) -> No
 
 def test_a_shadow_canary_requires_only_the_stable_version(tmp_path) -> None:
     """A shadow canary serves no caller until the router's paired test promotes it: a release
-    with one must not end in a failed smoke check (stand-ins 3.4). Once promoted, its answers
+    with one must not end in a failed smoke check. Once promoted, its answers
     are accepted beside the stable version's."""
     from ops.smoke import invoke_all
     from tests.fakes import HttpEndpoint

@@ -416,7 +416,7 @@ def test_unknown_adapter_names_never_become_metric_labels(server) -> None:
 
 
 def test_vllms_per_mix_lora_gauge_never_grows_on_metrics(server, adapters) -> None:
-    """GPU path review r2, 2.4: vLLM's ``vllm:lora_requests_info`` is labelled with the ordered
+    """VLLM's ``vllm:lora_requests_info`` is labelled with the ordered
     list of busy adapters, so every new mix is a series never removed. After 100 requests over
     the registered adapters in shuffled order, concurrently, /metrics holds none of it (and the
     server's own bounded lora_* metrics are still there)."""

@@ -40,7 +40,7 @@ def test_a_merged_models_server_allocates_no_lora(tmp_path) -> None:
 
 def test_the_queue_is_fair_between_senders_unless_told_otherwise(tmp_path, monkeypatch) -> None:
     """vLLM's default queue is first come, first served, which lets one tenant's flood in
-    front of everyone (issue #40); the runtime asks for its priority queue (runtime.engine
+    front of everyone; the runtime asks for its priority queue (runtime.engine
     gives each request its sender's in-flight count as priority)."""
     model = _model(tmp_path, 4096)
     assert engine_args(RuntimeSettings(model_dir=model), cuda=True)["scheduling_policy"] == (
